@@ -1,0 +1,21 @@
+/* cmd.h - subcommands of the mfstream binary. argv[0] is the subcommand name. Each returns
+ * the process exit code:
+ * 0 success, 1 failure at run time, 2 bad usage or configuration. */
+#ifndef MFS_CMD_H
+#define MFS_CMD_H
+
+#include "config/config.h"
+
+int mfs_cmd_train(int argc, char **argv);
+int mfs_cmd_gen(int argc, char **argv);
+int mfs_cmd_query(int argc, char **argv);
+int mfs_cmd_predict(int argc, char **argv);
+int mfs_cmd_inspect(int argc, char **argv);
+int mfs_cmd_config(int argc, char **argv);
+
+/** Load the configuration chain for a subcommand (see mfs_conf_load_all), apply log.level,
+ *  and print any error. @return 0, or 2 after printing the error. */
+int mfs_cmd_conf(const char *cmd, int argc, char **argv, const mfs_conf_alias_t *aliases, mfs_conf_t *c,
+                 char **positional, int max_pos, int *n_pos);
+
+#endif

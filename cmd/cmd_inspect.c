@@ -1,0 +1,12 @@
+/* cmd_inspect.c - placeholder until the module lands (replaced in this session). */
+#include <stdio.h>
+
+#include "cmd/cmd.h"
+
+int mfs_cmd_inspect(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "mfstream inspect: not built yet\n");
+	return 1;
+}

@@ -1,0 +1,65 @@
+/* rng.h - small deterministic generators: splitmix64 (seeding, hashing) and xoshiro256**.
+ * Everything seeded is reproducible across runs and machines. */
+#ifndef MFS_RNG_H
+#define MFS_RNG_H
+
+#include <math.h>
+#include <stdint.h>
+
+static inline uint64_t mfs_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/** A stateless mix of two words: deterministic per (a, b). */
+static inline uint64_t mfs_mix64(uint64_t a, uint64_t b)
+{
+	uint64_t s = a ^ (b * 0xD1B54A32D192ED03ull);
+	return mfs_splitmix64(&s);
+}
+
+typedef struct mfs_rng { uint64_t s[4]; } mfs_rng_t;
+
+static inline void mfs_rng_seed(mfs_rng_t *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		r->s[i] = mfs_splitmix64(&seed);
+}
+
+static inline uint64_t mfs_rng_next(mfs_rng_t *r)
+{
+	uint64_t *s = r->s;
+	uint64_t x = s[1] * 5;
+	uint64_t res = ((x << 7) | (x >> 57)) * 9;
+	uint64_t t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = (s[3] << 45) | (s[3] >> 19);
+	return res;
+}
+
+/** Uniform in [0, 1) with 53 random bits. */
+static inline double mfs_rng_uniform(mfs_rng_t *r) { return (double)(mfs_rng_next(r) >> 11) * 0x1.0p-53; }
+
+/** Uniform integer in [0, n) (Lemire's multiply-shift; bias < 2^-32 for n < 2^32). */
+static inline uint64_t mfs_rng_below(mfs_rng_t *r, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)mfs_rng_next(r) * n) >> 64);
+}
+
+/** Standard normal (Box-Muller; one value per call, the second is dropped for simplicity). */
+static inline double mfs_rng_normal(mfs_rng_t *r)
+{
+	double u1 = mfs_rng_uniform(r), u2 = mfs_rng_uniform(r);
+	if (u1 < 1e-300)
+		u1 = 1e-300;
+	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+#endif

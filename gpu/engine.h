@@ -1,0 +1,97 @@
+/* engine.h - the compute engine interface (CPU and CUDA implement it).
+ *
+ * The model (biased MF, DESIGN.md):
+ *     r^(u,i) = mu + b_u + b_i + p_u . q_i          e = r - r^
+ *     p_u += lr (e q_i - lambda_p p_u)             q_i += lr (e p_u - lambda_q q_i)
+ *     b_u += lr (e - lambda_bu b_u)                b_i += lr (e - lambda_bi b_i)
+ * p_u and q_i are updated simultaneously (each update uses the other's old value).
+ *
+ * An engine works on an mfs_model_t (model_store). The CPU engine updates the host arrays in
+ * place; a device engine keeps a mirror and writes back on mfs_engine_sync(). After rows are
+ * added to the model, call mfs_engine_grow() before the next batch that uses them.
+ *
+ * Two ways to feed ratings: a batch (streaming: applied in the given order in deterministic
+ * mode, split across workers in Hogwild mode), or a set loaded once into the engine
+ * (offline epochs: the engine may keep it on the device).
+ */
+#ifndef MFS_ENGINE_H
+#define MFS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_store/store.h"
+
+struct mfs_conf;
+
+enum mfs_engine_kind { MFS_ENGINE_AUTO = 0, MFS_ENGINE_CPU = 1, MFS_ENGINE_CUDA = 2 };
+
+typedef struct mfs_engine mfs_engine_t;
+typedef struct mfs_set mfs_set_t;
+
+/** Hyperparameters read by every SGD step (on a GPU: from device memory, so a running
+ *  kernel sees a new learning rate without a relaunch). */
+typedef struct mfs_hparams {
+	float lr;
+	float lambda_p, lambda_q, lambda_bu, lambda_bi;
+	float clip_min, clip_max; /* predictions are clipped to this range when scored */
+} mfs_hparams_t;
+
+/** Ratings as dense rows (structure of arrays). In a loss pass a row may be MFS_ROW_NONE
+ *  (an id the model has never seen): it contributes no bias and no factors. */
+typedef struct mfs_batch {
+	const uint32_t *u;
+	const uint32_t *i;
+	const float *r;
+	size_t n;
+} mfs_batch_t;
+
+/** Result of a full pass: sums are reduced in a fixed order, so the result does not depend
+ *  on the number of threads. */
+typedef struct mfs_loss {
+	double sse;   /* sum of squared errors of clipped predictions */
+	double sae;   /* sum of absolute errors */
+	uint64_t n;
+	double rmse, mae;
+} mfs_loss_t;
+
+typedef struct mfs_engine_conf {
+	int kind;          /* enum mfs_engine_kind */
+	int threads;       /* CPU workers; 0 = number of cores */
+	int deterministic; /* 1: one thread, ratings applied in order: bit-reproducible */
+	int device;        /* CUDA device ordinal */
+	uint64_t seed;     /* shuffling seed for set epochs */
+} mfs_engine_conf_t;
+
+/** Fill an engine conf from the configuration table (engine.*, model.seed). */
+void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out);
+
+/** Open an engine on model m. AUTO picks CUDA when compiled in and a device answers, else CPU.
+ *  @return 0, MFS_ENODEV (kind not available), MFS_EINVAL, ENOMEM, MFS_EGPU. */
+int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t **out,
+                    char *errstr, size_t errstr_size);
+void mfs_engine_close(mfs_engine_t *e);
+const char *mfs_engine_name(const mfs_engine_t *e);
+/** 1 when a CUDA engine is compiled in and a device answers. */
+int mfs_engine_cuda_available(void);
+
+int mfs_engine_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp);
+/** Rows were added to the model since the last call. */
+int mfs_engine_grow(mfs_engine_t *e);
+/** One SGD update per rating of b. Rows must be < model rows and ratings finite.
+ *  @return 0, MFS_EINVAL (row out of range), MFS_ENAN. */
+int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b);
+/** RMSE/MAE of b against the current model. */
+int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
+
+/** Load a rating set into the engine (copied; b may be freed afterwards). */
+int mfs_engine_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out);
+void mfs_engine_set_free(mfs_engine_t *e, mfs_set_t *s);
+/** One epoch of SGD over the set; `epoch` seeds its order (same epoch, same order). */
+int mfs_engine_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
+int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
+
+/** Bring the host model up to date (device engines copy factors back). */
+int mfs_engine_sync(mfs_engine_t *e);
+
+#endif

@@ -1,0 +1,35 @@
+/* engine_int.h - the vtable behind engine.h; only engine implementations include it. */
+#ifndef MFS_ENGINE_INT_H
+#define MFS_ENGINE_INT_H
+
+#include "gpu/engine.h"
+
+struct mfs_engine_i {
+	const char *name;
+	int (*open)(mfs_engine_t *e, char *errstr, size_t errstr_size);
+	void (*close)(mfs_engine_t *e);
+	int (*set_hparams)(mfs_engine_t *e, const mfs_hparams_t *hp);
+	int (*grow)(mfs_engine_t *e); /* (optional) */
+	int (*sgd)(mfs_engine_t *e, const mfs_batch_t *b);
+	int (*loss)(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
+	int (*set_load)(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out);
+	void (*set_free)(mfs_engine_t *e, mfs_set_t *s);
+	int (*sgd_set)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
+	int (*loss_set)(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
+	int (*sync)(mfs_engine_t *e); /* (optional) */
+};
+
+struct mfs_engine {
+	const struct mfs_engine_i *iface;
+	mfs_engine_conf_t conf;
+	mfs_model_t *model;
+	mfs_hparams_t hp;
+	void *impl; /* implementation state */
+};
+
+extern const struct mfs_engine_i mfs_engine_cpu_i;
+#ifdef MFS_HAVE_CUDA
+extern const struct mfs_engine_i mfs_engine_cuda_i;
+#endif
+
+#endif

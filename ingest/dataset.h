@@ -1,0 +1,49 @@
+/* dataset.h - ratings loaded into memory as dense rows, and the train/test split.
+ *
+ * The loader maps ids through the model (model_store): training ratings add rows; test
+ * ratings only look rows up, and an id never seen in training gets MFS_ROW_NONE (scored
+ * with the fallback mu + known biases). The split is deterministic: rating number n goes to
+ * the test set when mix64(seed, n) / 2^64 < test_fraction.
+ */
+#ifndef MFS_DATASET_H
+#define MFS_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/engine.h"
+#include "ingest/ratings_file.h"
+#include "model_store/store.h"
+
+typedef struct mfs_ratings {
+	uint32_t *u, *i;
+	float *r;
+	size_t n, cap;
+	double sum; /* sum of ratings, for mu */
+} mfs_ratings_t;
+
+void mfs_ratings_free(mfs_ratings_t *rs);
+int mfs_ratings_push(mfs_ratings_t *rs, uint32_t u, uint32_t i, float r);
+static inline mfs_batch_t mfs_ratings_batch(const mfs_ratings_t *rs)
+{
+	mfs_batch_t b = {rs->u, rs->i, rs->r, rs->n};
+	return b;
+}
+/** Shuffle in place with a seeded Fisher-Yates. */
+void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed);
+
+typedef struct mfs_load_opts {
+	mfs_rfile_opts_t file;
+	double test_fraction; /* used when there is no separate test file */
+	uint64_t split_seed;
+} mfs_load_opts_t;
+
+/** Load train_path (and test_path, if not NULL) into train/test. Training ids are added to
+ *  the model; the model's mu is set to the training mean.
+ *  @return as mfs_rfile_read, or MFS_EEMPTY when no training rating was accepted. */
+int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_path,
+                     const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test,
+                     mfs_rfile_stats_t *train_stats, mfs_rfile_stats_t *test_stats, char *errstr,
+                     size_t errstr_size);
+
+#endif

@@ -1,0 +1,98 @@
+/* store.h - model_store: external ids -> dense rows, and the host copy of the model.
+ *
+ * An external id is an unsigned 64-bit integer or a UTF-8 string of 1..256 bytes; the two
+ * kinds never compare equal (u64 7 and string "7" are different ids). Each entity (users,
+ * items) has an idmap that hands out dense rows 0, 1, 2, ... in first-seen order, and the
+ * model keeps bias + k factors per row plus the global mean mu.
+ *
+ * Text form of an id (files, CLI): a token that is a canonical decimal u64 ("0", "42", no
+ * leading zeros, < 2^64) is a u64 id; any other token is a string id. "str:" forces a
+ * string ("str:42"). This keeps "007" and "7" distinct.
+ *
+ * DESIGN: growth never stops the world. The idmap is an open-addressing table that rehashes
+ * incrementally (a bounded number of buckets per insert, Redis dict.c style); factor arrays
+ * double in capacity, so a row index stays valid forever but the array pointers change after
+ * mfs_model_add_*: engines read m->P / m->Q afresh for every batch. Not thread-safe: one
+ * writer (the ingest/train thread) adds rows at batch boundaries.
+ */
+#ifndef MFS_STORE_H
+#define MFS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MFS_ID_MAX_LEN 256
+#define MFS_ROW_NONE UINT32_MAX
+
+enum mfs_id_kind { MFS_ID_U64 = 1, MFS_ID_STR = 2 };
+
+/** A borrowed external id: for MFS_ID_STR, str/len point into someone else's buffer. */
+typedef struct mfs_id {
+	uint8_t kind;
+	uint16_t len;    /* string length in bytes (MFS_ID_STR) */
+	uint64_t num;    /* value (MFS_ID_U64) */
+	const char *str; /* not NUL-terminated (MFS_ID_STR) */
+} mfs_id_t;
+
+static inline mfs_id_t mfs_id_u64(uint64_t v)
+{
+	mfs_id_t id = {MFS_ID_U64, 0, v, 0};
+	return id;
+}
+
+/** Parse the text form (see above) of len bytes. @return 0 or MFS_EIDLEN. */
+int mfs_id_parse(const char *s, size_t len, mfs_id_t *out);
+/** Write the text form into buf (NUL-terminated, truncated to size). @return buf. */
+const char *mfs_id_format(const mfs_id_t *id, char *buf, size_t size);
+/** Validate an id: strings must be 1..256 bytes of valid UTF-8. @return 0 or MFS_EIDLEN/MFS_EINVAL. */
+int mfs_id_check(const mfs_id_t *id);
+
+/* ---- idmap -------------------------------------------------------------------------- */
+typedef struct mfs_idmap mfs_idmap_t;
+
+int mfs_idmap_init(mfs_idmap_t **out);
+void mfs_idmap_free(mfs_idmap_t *m);
+/** Row of id, or MFS_ROW_NONE. */
+uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id);
+/** Row of id, adding it if new (*added = 1). @return 0, ENOMEM, MFS_EFULL (2^32-1 rows), MFS_EIDLEN. */
+int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int *added);
+uint32_t mfs_idmap_size(const mfs_idmap_t *m);
+/** The external id of a row (string points into the map; valid until mfs_idmap_free). */
+mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row);
+
+/* ---- model -------------------------------------------------------------------------- */
+typedef struct mfs_model_conf {
+	int k;              /* factors per row */
+	double init_scale;  /* factors ~ N(0, (init_scale)^2 / k) */
+	uint64_t seed;      /* factor initialization seed */
+} mfs_model_conf_t;
+
+/** The host model. Row r of users: bias bu[r], factors P[r*k .. r*k+k). */
+typedef struct mfs_model {
+	int k;
+	double init_scale;
+	uint64_t seed;
+	uint32_t n_users, n_items;     /* rows in use */
+	uint32_t cap_users, cap_items; /* rows allocated */
+	float *P, *Q;                  /* cap x k, 64-byte aligned */
+	float *bu, *bi;
+	double mu;                     /* global mean of accepted ratings */
+	double mu_sum;                 /* running sum / count behind mu (streaming) */
+	uint64_t mu_count;
+	uint64_t events_applied;       /* SGD updates applied since the model was created */
+	mfs_idmap_t *users, *items;
+} mfs_model_t;
+
+int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);
+void mfs_model_free(mfs_model_t *m);
+/** Row for a user/item, adding and initializing it (bias 0, seeded factors) if new. */
+int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
+int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
+/** Make sure at least n rows are allocated (no rows are added). @return 0 or ENOMEM. */
+int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items);
+/** Fold ratings into the running global mean. */
+void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count);
+/** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items). */
+void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out);
+
+#endif
