@@ -1,0 +1,36 @@
+/* lr.h - the learning-rate controller (reference in gpu/cpu/lr_ref.c).
+ *
+ * Called once after every full pass with that pass's loss (training RMSE, or the loss over the
+ * retained window when streaming); returns the rate for the next pass.
+ *   fixed : lr stays lr0.
+ *   decay : lr_t = lr0 / (1 + beta * t^1.5), t = passes done (the CuMF_SGD / NOMAD schedule).
+ *   bold  : bold driver with patience: a pass that lowered the loss multiplies lr by `up`;
+ *           after `patience` passes in a row that did not, lr is multiplied by `down`.
+ * The result is clamped to [min, max]. A non-finite loss counts as a worse pass.
+ */
+#ifndef MFS_LR_H
+#define MFS_LR_H
+
+#include <stdint.h>
+
+struct mfs_conf;
+
+enum mfs_lr_schedule { MFS_LR_FIXED = 0, MFS_LR_DECAY = 1, MFS_LR_BOLD = 2 };
+
+typedef struct mfs_lr {
+	int schedule;
+	double lr0, lr;
+	double beta, up, down, min, max;
+	int patience;
+	uint64_t t;       /* passes seen */
+	double best_loss; /* lowest loss so far (bold) */
+	double last_loss;
+	int worse;        /* consecutive passes without improvement (bold) */
+} mfs_lr_t;
+
+/** From the configuration table: lr.schedule, sgd.lr, lr.beta, lr.up, lr.down, lr.patience, lr.min, lr.max. */
+void mfs_lr_init(mfs_lr_t *c, const struct mfs_conf *conf);
+/** Record a pass with loss `loss`; @return the learning rate for the next pass. */
+double mfs_lr_update(mfs_lr_t *c, double loss);
+
+#endif
