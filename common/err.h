@@ -8,6 +8,7 @@
 #ifndef MFS_ERR_H
 #define MFS_ERR_H
 
+#include <errno.h> /* positive codes are errno values (ENOMEM, ...) */
 #include <stddef.h>
 
 #define MFS_OK 0

@@ -48,9 +48,10 @@ static inline uint64_t mfs_rng_next(mfs_rng_t *r)
 static inline double mfs_rng_uniform(mfs_rng_t *r) { return (double)(mfs_rng_next(r) >> 11) * 0x1.0p-53; }
 
 /** Uniform integer in [0, n) (Lemire's multiply-shift; bias < 2^-32 for n < 2^32). */
+__extension__ typedef unsigned __int128 mfs_u128_t;
 static inline uint64_t mfs_rng_below(mfs_rng_t *r, uint64_t n)
 {
-	return (uint64_t)(((unsigned __int128)mfs_rng_next(r) * n) >> 64);
+	return (uint64_t)(((mfs_u128_t)mfs_rng_next(r) * n) >> 64);
 }
 
 /** Standard normal (Box-Muller; one value per call, the second is dropped for simplicity). */

@@ -1,0 +1,229 @@
+/* idmap.c - external id -> dense row, an open-addressing hash table that grows without
+ * stopping.
+ *
+ * DESIGN: rows are handed out 0, 1, 2, ... and never deleted, so a (key -> row) entry, once
+ * written, is true forever. That makes incremental rehashing simple: when the table passes
+ * half full we allocate one twice as large and, on every later insert, copy a bounded number
+ * (MIGRATE_STEP) of old slots into it. The old table is never modified while it drains, so
+ * its linear-probe chains stay intact and a lookup can fall back to it; a key inserted
+ * during the migration goes to the new table only, so no key is in both with different
+ * rows. Once every old slot is copied the old table is freed. Per insert the work is
+ * O(MIGRATE_STEP), never O(table) (Redis dict.c's idea, simplified by append-only rows).
+ *
+ * Slot = row + 1 (0 = empty) and 32 more bits of the hash, so most mismatches are rejected
+ * without touching the key. Keys live in keys[row]; string bytes in an append-only arena.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+#include "model_store/store.h"
+
+#define MIGRATE_STEP 256
+#define MIN_SLOTS 1024
+
+struct slot {
+	uint32_t row1; /* row + 1; 0 = empty */
+	uint32_t tag;  /* high 32 bits of the hash */
+};
+
+struct table {
+	struct slot *s;
+	size_t mask; /* slots - 1 (power of two) */
+};
+
+struct key {
+	uint64_t v; /* u64 value, or arena offset of the string */
+	uint16_t len;
+	uint8_t kind;
+};
+
+struct mfs_idmap {
+	struct table t;     /* where inserts go */
+	struct table old;   /* draining (s == NULL when not rehashing) */
+	size_t migrate_pos; /* next old slot to copy */
+	struct key *keys;
+	uint32_t n, cap;
+	char *arena;
+	size_t arena_len, arena_cap;
+};
+
+static uint64_t id_hash(const mfs_id_t *id)
+{
+	if (id->kind == MFS_ID_U64)
+		return XXH3_64bits_withSeed(&id->num, sizeof id->num, MFS_ID_U64);
+	return XXH3_64bits_withSeed(id->str, id->len, MFS_ID_STR);
+}
+
+static int key_eq(const mfs_idmap_t *m, uint32_t row, const mfs_id_t *id)
+{
+	const struct key *k = &m->keys[row];
+	if (k->kind != id->kind)
+		return 0;
+	if (k->kind == MFS_ID_U64)
+		return k->v == id->num;
+	return k->len == id->len && memcmp(m->arena + k->v, id->str, id->len) == 0;
+}
+
+static int table_alloc(struct table *t, size_t slots)
+{
+	t->s = calloc(slots, sizeof *t->s);
+	if (!t->s)
+		return ENOMEM;
+	t->mask = slots - 1;
+	return 0;
+}
+
+static uint32_t table_find(const mfs_idmap_t *m, const struct table *t, uint64_t h, const mfs_id_t *id)
+{
+	uint32_t tag = (uint32_t)(h >> 32);
+	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+		const struct slot *s = &t->s[i];
+		if (!s->row1)
+			return MFS_ROW_NONE;
+		if (s->tag == tag && key_eq(m, s->row1 - 1, id))
+			return s->row1 - 1;
+	}
+}
+
+static void table_put(struct table *t, uint64_t h, uint32_t row)
+{
+	size_t i = h & t->mask;
+	while (t->s[i].row1)
+		i = (i + 1) & t->mask;
+	t->s[i].row1 = row + 1;
+	t->s[i].tag = (uint32_t)(h >> 32);
+}
+
+static uint64_t row_hash(const mfs_idmap_t *m, uint32_t row)
+{
+	mfs_id_t id = mfs_idmap_key(m, row);
+	return id_hash(&id);
+}
+
+/* Copy up to `steps` old slots into the new table; free the old one when drained. */
+static void migrate(mfs_idmap_t *m, size_t steps)
+{
+	if (!m->old.s)
+		return;
+	size_t end = m->old.mask + 1;
+	for (; steps && m->migrate_pos < end; steps--, m->migrate_pos++) {
+		const struct slot *s = &m->old.s[m->migrate_pos];
+		if (s->row1)
+			table_put(&m->t, row_hash(m, s->row1 - 1), s->row1 - 1);
+	}
+	if (m->migrate_pos == end) {
+		free(m->old.s);
+		m->old.s = NULL;
+		m->migrate_pos = 0;
+	}
+}
+
+int mfs_idmap_init(mfs_idmap_t **out)
+{
+	mfs_idmap_t *m = calloc(1, sizeof *m);
+	if (!m || table_alloc(&m->t, MIN_SLOTS)) {
+		free(m);
+		return ENOMEM;
+	}
+	*out = m;
+	return 0;
+}
+
+void mfs_idmap_free(mfs_idmap_t *m)
+{
+	if (!m)
+		return;
+	free(m->t.s);
+	free(m->old.s);
+	free(m->keys);
+	free(m->arena);
+	free(m);
+}
+
+uint32_t mfs_idmap_size(const mfs_idmap_t *m) { return m->n; }
+
+mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row)
+{
+	const struct key *k = &m->keys[row];
+	mfs_id_t id = {k->kind, k->len, 0, NULL};
+	if (k->kind == MFS_ID_U64)
+		id.num = k->v;
+	else
+		id.str = m->arena + k->v;
+	return id;
+}
+
+uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id)
+{
+	uint64_t h = id_hash(id);
+	uint32_t row = table_find(m, &m->t, h, id);
+	if (row == MFS_ROW_NONE && m->old.s)
+		row = table_find(m, &m->old, h, id);
+	return row;
+}
+
+int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int *added)
+{
+	int rc = mfs_id_check(id);
+	if (rc)
+		return rc;
+	uint64_t h = id_hash(id);
+	uint32_t r = table_find(m, &m->t, h, id);
+	if (r == MFS_ROW_NONE && m->old.s)
+		r = table_find(m, &m->old, h, id);
+	if (added)
+		*added = 0;
+	if (r != MFS_ROW_NONE) {
+		*row = r;
+		return 0;
+	}
+	if (m->n == MFS_ROW_NONE - 1)
+		return MFS_EFULL;
+	/* room for the key and its bytes first, so a failure leaves the map unchanged */
+	if (m->n == m->cap) {
+		uint32_t nc = m->cap ? (m->cap > UINT32_MAX / 2 ? UINT32_MAX : m->cap * 2) : 1024;
+		struct key *nk = realloc(m->keys, (size_t)nc * sizeof *nk);
+		if (!nk)
+			return ENOMEM;
+		m->keys = nk;
+		m->cap = nc;
+	}
+	if (id->kind == MFS_ID_STR && m->arena_len + id->len > m->arena_cap) {
+		size_t nc = m->arena_cap ? m->arena_cap * 2 : 65536;
+		while (nc < m->arena_len + id->len)
+			nc *= 2;
+		char *na = realloc(m->arena, nc);
+		if (!na)
+			return ENOMEM;
+		m->arena = na;
+		m->arena_cap = nc;
+	}
+	/* grow at half load: start a new table and drain the old one step by step */
+	if (!m->old.s && (size_t)(m->n + 1) * 2 > m->t.mask + 1) {
+		struct table nt;
+		if (table_alloc(&nt, (m->t.mask + 1) * 2))
+			return ENOMEM;
+		m->old = m->t;
+		m->t = nt;
+		m->migrate_pos = 0;
+	}
+	migrate(m, MIGRATE_STEP);
+
+	struct key *k = &m->keys[m->n];
+	k->kind = id->kind;
+	k->len = id->len;
+	if (id->kind == MFS_ID_U64) {
+		k->v = id->num;
+	} else {
+		memcpy(m->arena + m->arena_len, id->str, id->len);
+		k->v = m->arena_len;
+		m->arena_len += id->len;
+	}
+	table_put(&m->t, h, m->n);
+	*row = m->n++;
+	if (added)
+		*added = 1;
+	return 0;
+}

@@ -1,0 +1,132 @@
+/* model.c - the host copy of the model: biases, factors, global mean; growth by doubling.
+ *
+ * DESIGN: factor arrays are capacity x k floats, 64-byte aligned, and double when full, so
+ * adding a row is amortized O(k). A row's initial factors depend only on (seed, entity,
+ * row), never on timing, so replaying the same stream gives the same model.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "model_store/store.h"
+
+#define MFS_ALIGN 64
+
+static void *aligned_grow(void *old, size_t old_bytes, size_t new_bytes)
+{
+	size_t sz = (new_bytes + MFS_ALIGN - 1) / MFS_ALIGN * MFS_ALIGN;
+	void *p = aligned_alloc(MFS_ALIGN, sz ? sz : MFS_ALIGN);
+	if (!p)
+		return NULL;
+	if (old && old_bytes)
+		memcpy(p, old, old_bytes);
+	free(old);
+	return p;
+}
+
+int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out)
+{
+	if (!conf || conf->k < 1 || conf->k > 4096 || !(conf->init_scale >= 0))
+		return MFS_EINVAL;
+	mfs_model_t *m = calloc(1, sizeof *m);
+	if (!m)
+		return ENOMEM;
+	m->k = conf->k;
+	m->init_scale = conf->init_scale;
+	m->seed = conf->seed;
+	if (mfs_idmap_init(&m->users) || mfs_idmap_init(&m->items) || mfs_model_reserve(m, 1024, 1024)) {
+		mfs_model_free(m);
+		return ENOMEM;
+	}
+	*out = m;
+	return 0;
+}
+
+void mfs_model_free(mfs_model_t *m)
+{
+	if (!m)
+		return;
+	free(m->P);
+	free(m->Q);
+	free(m->bu);
+	free(m->bi);
+	mfs_idmap_free(m->users);
+	mfs_idmap_free(m->items);
+	free(m);
+}
+
+/* Grow one entity's arrays to at least `need` rows (doubling). */
+static int grow_entity(mfs_model_t *m, float **F, float **b, uint32_t *cap, uint32_t need)
+{
+	if (need <= *cap)
+		return 0;
+	uint64_t nc = *cap ? *cap : 1024;
+	while (nc < need)
+		nc *= 2;
+	if (nc > MFS_ROW_NONE)
+		nc = MFS_ROW_NONE;
+	size_t k = (size_t)m->k;
+	float *nf = aligned_grow(*F, (size_t)*cap * k * sizeof(float), (size_t)nc * k * sizeof(float));
+	if (!nf)
+		return ENOMEM;
+	*F = nf;
+	float *nb = aligned_grow(*b, (size_t)*cap * sizeof(float), (size_t)nc * sizeof(float));
+	if (!nb)
+		return ENOMEM;
+	*b = nb;
+	*cap = (uint32_t)nc;
+	return 0;
+}
+
+int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items)
+{
+	int rc = grow_entity(m, &m->P, &m->bu, &m->cap_users, users);
+	if (!rc)
+		rc = grow_entity(m, &m->Q, &m->bi, &m->cap_items, items);
+	return rc;
+}
+
+void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
+{
+	mfs_rng_t r;
+	mfs_rng_seed(&r, mfs_mix64(m->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(ent + 1)), row));
+	double sd = m->init_scale / sqrt((double)m->k);
+	for (int j = 0; j < m->k; j++)
+		out[j] = (float)(sd * mfs_rng_normal(&r));
+}
+
+static int entity_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)
+{
+	mfs_idmap_t *map = ent ? m->items : m->users;
+	int added;
+	int rc = mfs_idmap_get_or_add(map, id, row, &added);
+	if (rc || !added)
+		return rc;
+	/* the idmap has handed out row == old count; give it storage and initial values */
+	rc = ent ? grow_entity(m, &m->Q, &m->bi, &m->cap_items, *row + 1)
+	         : grow_entity(m, &m->P, &m->bu, &m->cap_users, *row + 1);
+	if (rc)
+		return rc; /* the id keeps its row; a later call retries the allocation */
+	float *F = ent ? m->Q : m->P;
+	float *b = ent ? m->bi : m->bu;
+	mfs_model_init_row(m, ent, *row, F + (size_t)*row * (size_t)m->k);
+	b[*row] = 0.0f;
+	if (ent)
+		m->n_items = *row + 1;
+	else
+		m->n_users = *row + 1;
+	return 0;
+}
+
+int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row) { return entity_row(m, 0, id, row); }
+int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row) { return entity_row(m, 1, id, row); }
+
+void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count)
+{
+	m->mu_sum += rating_sum;
+	m->mu_count += count;
+	if (m->mu_count)
+		m->mu = m->mu_sum / (double)m->mu_count;
+}

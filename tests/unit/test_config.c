@@ -1,0 +1,198 @@
+/* test_config.c - the config table: defaults, precedence (file < env < flags), every error path. */
+#include <stdio.h>
+
+#include "common/err.h"
+#include "config/config.h"
+#include "testhelp.h"
+
+static char errstr[1024];
+
+static void test_defaults_and_set(void)
+{
+	mfs_conf_t c;
+	TEST_OK(mfs_conf_init(&c));
+	TEST_EQ_INT(c.model_k, 128);
+	TEST_EQ_INT(c.train_epochs, 20);
+	TEST_EQ_INT(c.engine_kind, 0);
+	TEST_OK(mfs_conf_set(&c, "engine.kind", "cpu", errstr, sizeof errstr));
+	TEST_EQ_INT(c.engine_kind, 1);
+	TEST_OK(mfs_conf_set(&c, "sgd.lr", "0.25", errstr, sizeof errstr));
+	TEST_NEAR(c.sgd_lr, 0.25, 0);
+	TEST_OK(mfs_conf_set(&c, "engine.deterministic", "yes", errstr, sizeof errstr));
+	TEST_EQ_INT(c.engine_deterministic, 1);
+	TEST_OK(mfs_conf_set(&c, "snapshot.dir", "/tmp/x", errstr, sizeof errstr));
+	TEST_STR_EQ(c.snapshot_dir, "/tmp/x");
+	char buf[64];
+	TEST_OK(mfs_conf_get(&c, "sgd.lr", buf, sizeof buf));
+	TEST_STR_EQ(buf, "0.25");
+	TEST_OK(mfs_conf_get(&c, "engine.kind", buf, sizeof buf));
+	TEST_STR_EQ(buf, "cpu");
+	TEST_EQ_INT(mfs_conf_enum_index("lr.schedule", "bold"), 2);
+	TEST_STR_EQ(mfs_conf_enum_name("lr.schedule", 1), "decay");
+	mfs_conf_free(&c);
+}
+
+static void test_errors_name_key_and_range(void)
+{
+	mfs_conf_t c;
+	TEST_OK(mfs_conf_init(&c));
+	TEST_EQ_INT(mfs_conf_set(&c, "model.kk", "1", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "unknown config key \"model.kk\""));
+	TEST_EQ_INT(mfs_conf_set(&c, "model.k", "0", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "model.k") && strstr(errstr, "1..1024"));
+	TEST_EQ_INT(mfs_conf_set(&c, "model.k", "12x", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "not an integer"));
+	TEST_EQ_INT(mfs_conf_set(&c, "model.k", "99999999999999999999999", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_EQ_INT(mfs_conf_set(&c, "sgd.lr", "nan", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "sgd.lr") && strstr(errstr, "finite"));
+	TEST_EQ_INT(mfs_conf_set(&c, "sgd.lr", "11", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "out of range") && strstr(errstr, "1e-09..10"));
+	TEST_EQ_INT(mfs_conf_set(&c, "sgd.lr", "", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_EQ_INT(mfs_conf_set(&c, "engine.kind", "tpu", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "auto|cpu|cuda"));
+	TEST_EQ_INT(mfs_conf_set(&c, "engine.deterministic", "maybe", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_EQ_INT(mfs_conf_set(&c, "kafka.", "x", errstr, sizeof errstr), MFS_ECONFIG);
+	/* the failed sets changed nothing */
+	TEST_EQ_INT(c.model_k, 128);
+	TEST_NEAR(c.sgd_lr, 0.01, 0);
+	mfs_conf_free(&c);
+}
+
+static void test_kafka_passthrough(void)
+{
+	mfs_conf_t c;
+	TEST_OK(mfs_conf_init(&c));
+	TEST_OK(mfs_conf_set(&c, "kafka.bootstrap.servers", "a:9092", errstr, sizeof errstr));
+	TEST_OK(mfs_conf_set(&c, "kafka.sasl.mechanism", "PLAIN", errstr, sizeof errstr));
+	TEST_OK(mfs_conf_set(&c, "kafka.bootstrap.servers", "b:9092", errstr, sizeof errstr));
+	TEST_EQ_INT(c.kafka_n, 2);
+	TEST_STR_EQ(c.kafka_key[0], "bootstrap.servers");
+	TEST_STR_EQ(c.kafka_val[0], "b:9092");
+	mfs_conf_free(&c);
+}
+
+/* defaults < file < environment < flags, with aliases and booleans without a value */
+static void test_precedence(void)
+{
+	const char *dir = test_tmpdir();
+	char path[512];
+	snprintf(path, sizeof path, "%s/m.conf", dir);
+	const char *ini = "; comment\nlog.level = warn\n[sgd]\nlr = 0.03\nlambda_p = 0.2\n[model]\nk = 64\n"
+	                  "[kafka]\nbootstrap.servers = file:1\n";
+	TEST_OK(test_write_file(path, ini, strlen(ini)));
+	char envc[600];
+	snprintf(envc, sizeof envc, "MFSTREAM_CONFIG=%s", path);
+	char *envp[] = {envc, "MFSTREAM_SGD_LR=0.04", "MFSTREAM_SGD_LAMBDA_P=0.3", "MFSTREAM_KAFKA_CLIENT_ID=env",
+	                "HOME=/root", NULL};
+	char *argv[] = {"--lr", "0.05", "--engine.deterministic", "--model.seed=5", "pos1", NULL};
+	mfs_conf_alias_t aliases[] = {{"--lr", "sgd.lr"}, {NULL, NULL}};
+	mfs_conf_t c;
+	char *pos[4];
+	int npos;
+	TEST_OK(mfs_conf_init(&c));
+	int rc = mfs_conf_load_all(&c, 5, argv, envp, aliases, pos, 4, &npos, errstr, sizeof errstr);
+	TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+	TEST_NEAR(c.sgd_lr, 0.05, 0);         /* flag beats env beats file */
+	TEST_NEAR(c.sgd_lambda_p, 0.3, 0);    /* env beats file */
+	TEST_EQ_INT(c.model_k, 64);           /* file beats default */
+	TEST_EQ_INT(c.log_level, 2);          /* top-level full key in the file */
+	TEST_EQ_INT(c.engine_deterministic, 1);
+	TEST_EQ_INT(c.model_seed, 5);
+	TEST_EQ_INT(npos, 1);
+	TEST_STR_EQ(pos[0], "pos1");
+	TEST_EQ_INT(c.kafka_n, 2);
+	TEST_STR_EQ(c.kafka_key[1], "client.id");
+	mfs_conf_free(&c);
+
+	/* --config on the command line overrides MFSTREAM_CONFIG */
+	char path2[512];
+	snprintf(path2, sizeof path2, "%s/other.conf", dir);
+	TEST_OK(test_write_file(path2, "[train]\nepochs = 3\n", 19));
+	char *argv2[] = {"--config", path2, NULL};
+	TEST_OK(mfs_conf_init(&c));
+	TEST_OK(mfs_conf_load_all(&c, 2, argv2, envp, NULL, pos, 4, &npos, errstr, sizeof errstr));
+	TEST_EQ_INT(c.train_epochs, 3);
+	TEST_EQ_INT(c.model_k, 128);
+	mfs_conf_free(&c);
+}
+
+static void test_load_errors(void)
+{
+	const char *dir = test_tmpdir();
+	char path[512];
+	mfs_conf_t c;
+	char *pos[2];
+	int npos;
+	/* unknown key in a file: names the file, the key and the line */
+	snprintf(path, sizeof path, "%s/bad.conf", dir);
+	TEST_OK(test_write_file(path, "[sgd]\nlr = 0.1\nbogus = 1\n", 25));
+	TEST_OK(mfs_conf_init(&c));
+	TEST_EQ_INT(mfs_conf_load_file(&c, path, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT_MSG(strstr(errstr, "sgd.bogus") && strstr(errstr, "line 3") && strstr(errstr, "bad.conf"), "%s", errstr);
+	/* out of range in a file */
+	TEST_OK(test_write_file(path, "[train]\nepochs = 0\n", 19));
+	TEST_EQ_INT(mfs_conf_load_file(&c, path, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT_MSG(strstr(errstr, "train.epochs") && strstr(errstr, "1..100000"), "%s", errstr);
+	/* syntax error */
+	TEST_OK(test_write_file(path, "[sgd\nlr\n", 8));
+	TEST_EQ_INT(mfs_conf_load_file(&c, path, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT_MSG(strstr(errstr, "syntax") || strstr(errstr, "line"), "%s", errstr);
+	/* missing file */
+	TEST_EQ_INT(mfs_conf_load_file(&c, "/nonexistent/x.conf", errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "/nonexistent/x.conf"));
+	/* unknown and bad environment variables */
+	char *env1[] = {"MFSTREAM_NOT_A_KEY=1", NULL};
+	TEST_EQ_INT(mfs_conf_load_env(&c, env1, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "MFSTREAM_NOT_A_KEY"));
+	char *env2[] = {"MFSTREAM_MODEL_K=5000", NULL};
+	TEST_EQ_INT(mfs_conf_load_env(&c, env2, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "MFSTREAM_MODEL_K") && strstr(errstr, "1..1024"));
+	/* flags: unknown, missing value, too many positionals */
+	char *a1[] = {"--nope", "1", NULL};
+	TEST_EQ_INT(mfs_conf_load_all(&c, 2, a1, NULL, NULL, pos, 2, &npos, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "--nope"));
+	char *a2[] = {"--sgd.lr", NULL};
+	TEST_EQ_INT(mfs_conf_load_all(&c, 1, a2, NULL, NULL, pos, 2, &npos, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "needs a value"));
+	char *a3[] = {"x", "y", "z", NULL};
+	TEST_EQ_INT(mfs_conf_load_all(&c, 3, a3, NULL, NULL, pos, 2, &npos, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT(strstr(errstr, "\"z\""));
+	char *a4[] = {"--config", NULL};
+	TEST_EQ_INT(mfs_conf_load_all(&c, 1, a4, NULL, NULL, pos, 2, &npos, errstr, sizeof errstr), MFS_ECONFIG);
+	mfs_conf_free(&c);
+}
+
+/* the dump is a loadable file that reproduces the configuration */
+static void test_dump_roundtrip(void)
+{
+	mfs_conf_t a, b;
+	TEST_OK(mfs_conf_init(&a));
+	TEST_OK(mfs_conf_set(&a, "sgd.lr", "0.0123", errstr, sizeof errstr));
+	TEST_OK(mfs_conf_set(&a, "lr.schedule", "bold", errstr, sizeof errstr));
+	TEST_OK(mfs_conf_set(&a, "train.input", "x.tsv", errstr, sizeof errstr));
+	const char *dir = test_tmpdir();
+	char path[512];
+	snprintf(path, sizeof path, "%s/dump.conf", dir);
+	FILE *f = fopen(path, "w");
+	mfs_conf_dump(&a, f);
+	fclose(f);
+	TEST_OK(mfs_conf_init(&b));
+	int rc = mfs_conf_load_file(&b, path, errstr, sizeof errstr);
+	TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+	TEST_NEAR(b.sgd_lr, 0.0123, 0);
+	TEST_EQ_INT(b.lr_schedule, 2);
+	TEST_STR_EQ(b.train_input, "x.tsv");
+	mfs_conf_free(&a);
+	mfs_conf_free(&b);
+}
+
+int main(void)
+{
+	TEST_RUN(test_defaults_and_set);
+	TEST_RUN(test_errors_name_key_and_range);
+	TEST_RUN(test_kafka_passthrough);
+	TEST_RUN(test_precedence);
+	TEST_RUN(test_load_errors);
+	TEST_RUN(test_dump_roundtrip);
+	return TEST_REPORT();
+}

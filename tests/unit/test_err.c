@@ -1,0 +1,35 @@
+/* test_err.c - every error code has its own string; errno passes through. */
+#include "common/err.h"
+#include "snapshots/reader/mfs_snap.h"
+#include "testhelp.h"
+
+static void test_every_code_has_a_string(void)
+{
+	TEST_STR_EQ(mfs_strerror(0), "success");
+	for (int e = MFS_E_FIRST; e <= MFS_E_LAST; e++) {
+		const char *s = mfs_strerror(e);
+		TEST_ASSERT_MSG(s && *s && strcmp(s, "unknown error code") != 0, "code %d has no string", e);
+		for (int f = MFS_E_FIRST; f < e; f++)
+			TEST_ASSERT_MSG(strcmp(s, mfs_strerror(f)) != 0, "codes %d and %d share \"%s\"", e, f, s);
+		/* the serving library reports the same vocabulary */
+		TEST_STR_EQ(mfs_snap_strerror(e), s);
+	}
+	TEST_STR_EQ(mfs_strerror(MFS_E_LAST + 1), "unknown error code");
+	TEST_STR_EQ(mfs_strerror(MFS_E_FIRST - 1), "unknown error code");
+	TEST_STR_EQ(mfs_strerror(ENOENT), strerror(ENOENT));
+}
+
+static void test_errf(void)
+{
+	char buf[32];
+	TEST_EQ_INT(mfs_errf(buf, sizeof buf, MFS_EPARSE, "line %d: %s", 7, "bad"), MFS_EPARSE);
+	TEST_STR_EQ(buf, "line 7: bad");
+	TEST_EQ_INT(mfs_errf(NULL, 0, MFS_EINVAL, "x"), MFS_EINVAL);
+}
+
+int main(void)
+{
+	TEST_RUN(test_every_code_has_a_string);
+	TEST_RUN(test_errf);
+	return TEST_REPORT();
+}

@@ -1,0 +1,170 @@
+/* test_store.c - model_store: id text form, UTF-8 rules, idmap growth, model rows. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/err.h"
+#include "model_store/store.h"
+#include "testhelp.h"
+
+static void test_id_parse(void)
+{
+	mfs_id_t id;
+	TEST_OK(mfs_id_parse("42", 2, &id));
+	TEST_EQ_INT(id.kind, MFS_ID_U64);
+	TEST_EQ_INT(id.num, 42);
+	TEST_OK(mfs_id_parse("0", 1, &id));
+	TEST_EQ_INT(id.kind, MFS_ID_U64);
+	TEST_OK(mfs_id_parse("18446744073709551615", 20, &id));
+	TEST_ASSERT(id.kind == MFS_ID_U64 && id.num == UINT64_MAX);
+	TEST_OK(mfs_id_parse("18446744073709551616", 20, &id)); /* overflows: a string id */
+	TEST_EQ_INT(id.kind, MFS_ID_STR);
+	TEST_OK(mfs_id_parse("007", 3, &id)); /* not canonical: a string, distinct from 7 */
+	TEST_ASSERT(id.kind == MFS_ID_STR && id.len == 3);
+	TEST_OK(mfs_id_parse("str:42", 6, &id));
+	TEST_ASSERT(id.kind == MFS_ID_STR && id.len == 2 && memcmp(id.str, "42", 2) == 0);
+	TEST_EQ_INT(mfs_id_parse("", 0, &id), MFS_EIDLEN);
+	TEST_EQ_INT(mfs_id_parse("str:", 4, &id), MFS_EIDLEN);
+	char big[300];
+	memset(big, 'a', sizeof big);
+	TEST_OK(mfs_id_parse(big, 256, &id));
+	TEST_EQ_INT(mfs_id_parse(big, 257, &id), MFS_EIDLEN);
+
+	char buf[300];
+	mfs_id_t s42 = {MFS_ID_STR, 2, 0, "42"};
+	TEST_STR_EQ(mfs_id_format(&s42, buf, sizeof buf), "str:42"); /* round-trips as a string */
+	mfs_id_t n42 = mfs_id_u64(42);
+	TEST_STR_EQ(mfs_id_format(&n42, buf, sizeof buf), "42");
+	mfs_id_t alice = {MFS_ID_STR, 5, 0, "alice"};
+	TEST_STR_EQ(mfs_id_format(&alice, buf, sizeof buf), "alice");
+}
+
+static void test_id_utf8(void)
+{
+	mfs_id_t id = {MFS_ID_STR, 0, 0, NULL};
+	const char *good[] = {"caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "plain"};
+	for (size_t i = 0; i < 4; i++) {
+		id.str = good[i];
+		id.len = (uint16_t)strlen(good[i]);
+		TEST_ASSERT_MSG(mfs_id_check(&id) == 0, "good[%zu]", i);
+	}
+	const char *bad[] = {"\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "a\x80"};
+	for (size_t i = 0; i < 6; i++) {
+		id.str = bad[i];
+		id.len = (uint16_t)strlen(bad[i]);
+		TEST_ASSERT_MSG(mfs_id_check(&id) == MFS_EINVAL, "bad[%zu]", i);
+	}
+	id.len = 0;
+	TEST_EQ_INT(mfs_id_check(&id), MFS_EIDLEN);
+}
+
+/* Rows are dense, stable and found again through many rehashes (checked mid-migration too). */
+static void test_idmap_growth(void)
+{
+	mfs_idmap_t *m;
+	TEST_OK(mfs_idmap_init(&m));
+	const uint32_t N = 300000;
+	for (uint32_t n = 0; n < N; n++) {
+		uint64_t v = (uint64_t)n * 2654435761u + 17; /* spread, not sequential */
+		mfs_id_t id = mfs_id_u64(v);
+		uint32_t row;
+		int added;
+		TEST_OK(mfs_idmap_get_or_add(m, &id, &row, &added));
+		if (row != n || !added) {
+			TEST_ASSERT_MSG(0, "id %u got row %u added %d", n, row, added);
+			break;
+		}
+		/* a sample of earlier ids must be found at every step, whatever the rehash state */
+		if (n % 997 == 0) {
+			for (uint32_t j = 0; j <= n; j += 1 + n / 50) {
+				mfs_id_t e = mfs_id_u64((uint64_t)j * 2654435761u + 17);
+				if (mfs_idmap_find(m, &e) != j) {
+					TEST_ASSERT_MSG(0, "lost id %u after %u inserts", j, n);
+					break;
+				}
+			}
+		}
+	}
+	TEST_EQ_INT(mfs_idmap_size(m), N);
+	/* string ids, and a string that looks like a number is distinct from the number */
+	char buf[64];
+	for (uint32_t n = 0; n < 50000; n++) {
+		int len = snprintf(buf, sizeof buf, "user-%u", n);
+		mfs_id_t id = {MFS_ID_STR, (uint16_t)len, 0, buf};
+		uint32_t row;
+		TEST_OK(mfs_idmap_get_or_add(m, &id, &row, NULL));
+		if (row != N + n) {
+			TEST_ASSERT_MSG(0, "string %u row %u", n, row);
+			break;
+		}
+	}
+	mfs_id_t s17 = {MFS_ID_STR, 2, 0, "17"};
+	TEST_EQ_INT(mfs_idmap_find(m, &s17), MFS_ROW_NONE);
+	mfs_id_t n17 = mfs_id_u64(17);
+	TEST_EQ_INT(mfs_idmap_find(m, &n17), 0);
+	for (uint32_t n = 0; n < 50000; n += 7) {
+		int len = snprintf(buf, sizeof buf, "user-%u", n);
+		mfs_id_t id = {MFS_ID_STR, (uint16_t)len, 0, buf};
+		TEST_EQ_INT(mfs_idmap_find(m, &id), N + n);
+		mfs_id_t k = mfs_idmap_key(m, N + n);
+		TEST_ASSERT(k.kind == MFS_ID_STR && k.len == len && memcmp(k.str, buf, (size_t)len) == 0);
+	}
+	mfs_id_t k0 = mfs_idmap_key(m, 5);
+	TEST_ASSERT(k0.kind == MFS_ID_U64 && k0.num == 5ull * 2654435761u + 17);
+	/* invalid ids are refused and change nothing */
+	mfs_id_t bad = {MFS_ID_STR, 1, 0, "\xff"};
+	uint32_t row;
+	TEST_EQ_INT(mfs_idmap_get_or_add(m, &bad, &row, NULL), MFS_EINVAL);
+	TEST_EQ_INT(mfs_idmap_size(m), N + 50000);
+	mfs_idmap_free(m);
+}
+
+static void test_model_rows(void)
+{
+	mfs_model_conf_t conf = {16, 0.1, 99};
+	mfs_model_t *a, *b;
+	TEST_OK(mfs_model_init(&conf, &a));
+	TEST_OK(mfs_model_init(&conf, &b));
+	/* grow far past the initial capacity; factors are a function of (seed, entity, row) only */
+	for (uint64_t u = 0; u < 5000; u++) {
+		mfs_id_t id = mfs_id_u64(u * 7);
+		uint32_t r;
+		TEST_OK(mfs_model_user_row(a, &id, &r));
+		TEST_EQ_INT(r, u);
+	}
+	for (uint64_t u = 0; u < 5000; u++) {
+		mfs_id_t id = mfs_id_u64(1000000 + u); /* different ids, same rows */
+		uint32_t r;
+		TEST_OK(mfs_model_user_row(b, &id, &r));
+	}
+	TEST_EQ_INT(a->n_users, 5000);
+	TEST_ASSERT(a->cap_users >= 5000);
+	TEST_ASSERT(((uintptr_t)a->P % 64) == 0);
+	TEST_ASSERT(memcmp(a->P, b->P, 5000 * 16 * sizeof(float)) == 0);
+	double ss = 0;
+	for (size_t j = 0; j < 5000 * 16; j++)
+		ss += (double)a->P[j] * a->P[j];
+	/* sd of each entry is init_scale / sqrt(k) = 0.025 */
+	TEST_NEAR(sqrt(ss / (5000 * 16)), 0.025, 0.001);
+	TEST_EQ_INT(a->bu[4999], 0);
+	/* items are seeded apart from users */
+	mfs_id_t i0 = mfs_id_u64(0);
+	uint32_t r;
+	TEST_OK(mfs_model_item_row(a, &i0, &r));
+	TEST_ASSERT(memcmp(a->Q, a->P, 16 * sizeof(float)) != 0);
+	/* the running mean */
+	mfs_model_observe(a, 10.0, 4);
+	mfs_model_observe(a, 2.0, 2);
+	TEST_NEAR(a->mu, 2.0, 1e-12);
+	TEST_EQ_INT(mfs_model_init(&(mfs_model_conf_t){0, 0.1, 1}, &b), MFS_EINVAL);
+	mfs_model_free(a);
+	mfs_model_free(b);
+}
+
+int main(void)
+{
+	TEST_RUN(test_id_parse);
+	TEST_RUN(test_id_utf8);
+	TEST_RUN(test_idmap_growth);
+	TEST_RUN(test_model_rows);
+	return TEST_REPORT();
+}
