@@ -535,3 +535,33 @@ void mfs_conf_gen_doc(FILE *f)
 	}
 	mfs_conf_free(&c);
 }
+
+void mfs_conf_gen_example(FILE *f)
+{
+	fprintf(f, "# mfstream.conf.example - every configuration key with its default.\n"
+	           "# Generated from config/properties.def (mfs_gen_doc --example); do not edit by hand.\n"
+	           "# Use: mfstream <command> --config mfstream.conf  (or MFSTREAM_CONFIG=mfstream.conf).\n"
+	           "# Precedence: defaults < this file < MFSTREAM_* environment < --key value flags.\n"
+	           "# Uncomment a line to change it; [kafka] keys go verbatim to librdkafka.\n");
+	mfs_conf_t c;
+	if (mfs_conf_init(&c))
+		return;
+	char def[256], range[256], section[64] = "";
+	for (size_t i = 0; i < MFS_ARRAY_LEN(props); i++) {
+		const struct prop *p = &props[i];
+		if (p->flags & MFS_P_HIDDEN)
+			continue;
+		const char *dot = strchr(p->key, '.');
+		size_t sl = (size_t)(dot - p->key);
+		if (strlen(section) != sl || strncmp(section, p->key, sl) != 0) {
+			snprintf(section, sizeof section, "%.*s", (int)sl, p->key);
+			fprintf(f, "\n[%s]\n", section);
+		}
+		mfs_conf_get(&c, p->key, def, sizeof def);
+		doc_range(p, range, sizeof range);
+		fprintf(f, "# %s (%s; %s)\n;%s = %s\n", p->doc, type_name(p->type), range, dot + 1, def);
+	}
+	fprintf(f, "\n[kafka]\n# Any librdkafka property, e.g.:\n;bootstrap.servers = localhost:9092\n"
+	           ";security.protocol = SASL_SSL\n;sasl.mechanism = SCRAM-SHA-512\n");
+	mfs_conf_free(&c);
+}

@@ -66,6 +66,8 @@ int mfs_conf_get(const mfs_conf_t *c, const char *key, char *buf, size_t size);
 void mfs_conf_dump(const mfs_conf_t *c, FILE *f);
 /** Markdown reference of the table (docs/CONFIGURATION.md). */
 void mfs_conf_gen_doc(FILE *f);
+/** A fully commented config file with every default (mfstream.conf.example). */
+void mfs_conf_gen_example(FILE *f);
 /** Index of an enum choice name for key, or -1. */
 int mfs_conf_enum_index(const char *key, const char *choice);
 const char *mfs_conf_enum_name(const char *key, int index);

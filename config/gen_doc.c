@@ -1,10 +1,15 @@
-/* gen_doc.c - print docs/CONFIGURATION.md from the configuration table. */
+/* gen_doc.c - print docs/CONFIGURATION.md (or, with --example, mfstream.conf.example)
+ * from the configuration table. */
 #include <stdio.h>
+#include <string.h>
 
 #include "config/config.h"
 
-int main(void)
+int main(int argc, char **argv)
 {
-	mfs_conf_gen_doc(stdout);
+	if (argc > 1 && strcmp(argv[1], "--example") == 0)
+		mfs_conf_gen_example(stdout);
+	else
+		mfs_conf_gen_doc(stdout);
 	return ferror(stdout) ? 1 : 0;
 }
