@@ -11,6 +11,10 @@
 #include <errno.h> /* positive codes are errno values (ENOMEM, ...) */
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MFS_OK 0
 /* Our block sits below LMDB's (-30799..-30780) so the two never collide. */
 #define MFS_E_FIRST (-31000)
@@ -45,4 +49,7 @@ const char *mfs_strerror(int err);
 int mfs_errf(char *errstr, size_t errstr_size, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum mfs_log_level { MFS_LOG_DEBUG = 0, MFS_LOG_INFO, MFS_LOG_WARN, MFS_LOG_ERROR, MFS_LOG_OFF };
 
 void mfs_log_set_level(int level);
@@ -23,4 +27,7 @@ const char *mfs_log_quote(char *buf, size_t size, const char *s);
 #define mfs_warn(mod, ...) mfs_log(MFS_LOG_WARN, mod, __VA_ARGS__)
 #define mfs_error(mod, ...) mfs_log(MFS_LOG_ERROR, mod, __VA_ARGS__)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -40,6 +40,7 @@ typedef struct mfs_load_opts {
 
 /** Load train_path (and test_path, if not NULL) into train/test. Training ids are added to
  *  the model; the model's mu is set to the training mean.
+ *  train and test are outputs: zeroed on entry, freed on failure.
  *  @return as mfs_rfile_read, or MFS_EEMPTY when no training rating was accepted. */
 int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_path,
                      const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test,

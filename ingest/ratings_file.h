@@ -40,7 +40,9 @@ typedef struct mfs_rfile_stats {
 } mfs_rfile_stats_t;
 
 /** Called once per accepted rating; ids are valid only during the call. Return non-zero to
- *  stop reading (that value is returned by mfs_rfile_read). */
+ *  stop reading (that value is returned by mfs_rfile_read). ts is passed through in the
+ *  file's unit (MovieLens text: seconds; bin/gen: ms); 0 when the line has none. For bin,
+ *  line = record number. */
 typedef int (*mfs_rating_cb)(void *ctx, const mfs_id_t *user, const mfs_id_t *item, float rating,
                              int64_t ts, uint64_t line);
 
@@ -51,7 +53,7 @@ int mfs_rfile_read(const char *path, const mfs_rfile_opts_t *opts, mfs_rating_cb
 
 /* ---- writing (gen, tests, conversion) ----------------------------------------------- */
 typedef struct mfs_rfile_writer mfs_rfile_writer_t;
-/** Open path for writing in format (TSV, CSV or BIN; AUTO = by extension, default TSV).
+/** Open path for writing in format (TSV, CSV, DAT or BIN; AUTO = by extension (.bin .csv .dat, else TSV)).
  *  A ".gz" or ".zst" suffix compresses. "-" writes to stdout. */
 int mfs_rfile_writer_open(const char *path, int format, mfs_rfile_writer_t **out, char *errstr,
                           size_t errstr_size);
