@@ -10,8 +10,10 @@
  * rows. Once every old slot is copied the old table is freed. Per insert the work is
  * O(MIGRATE_STEP), never O(table) (Redis dict.c's idea, simplified by append-only rows).
  *
- * Slot = row + 1 (0 = empty) and 32 more bits of the hash, so most mismatches are rejected
- * without touching the key. Keys live in keys[row]; string bytes in an append-only arena.
+ * A slot holds row + 1 (0 = empty), the id's kind, and for a u64 id the value itself, for a
+ * string id its full 64-bit hash. A u64 lookup is then decided inside the slot (one cache
+ * miss, not two); a string lookup compares bytes only when the hashes agree. Keys live in
+ * keys[row]; string bytes in an append-only arena.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,8 @@
 
 struct slot {
 	uint32_t row1; /* row + 1; 0 = empty */
-	uint32_t tag;  /* high 32 bits of the hash */
+	uint32_t kind; /* MFS_ID_U64 or MFS_ID_STR */
+	uint64_t key;  /* u64: the value; string: the hash */
 };
 
 struct table {
@@ -75,31 +78,28 @@ static int table_alloc(struct table *t, size_t slots)
 	return 0;
 }
 
+static inline uint64_t slot_key(const mfs_id_t *id, uint64_t h) { return id->kind == MFS_ID_U64 ? id->num : h; }
+
 static uint32_t table_find(const mfs_idmap_t *m, const struct table *t, uint64_t h, const mfs_id_t *id)
 {
-	uint32_t tag = (uint32_t)(h >> 32);
+	const uint64_t key = slot_key(id, h);
 	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
 		const struct slot *s = &t->s[i];
 		if (!s->row1)
 			return MFS_ROW_NONE;
-		if (s->tag == tag && key_eq(m, s->row1 - 1, id))
+		if (s->key == key && s->kind == id->kind && (id->kind == MFS_ID_U64 || key_eq(m, s->row1 - 1, id)))
 			return s->row1 - 1;
 	}
 }
 
-static void table_put(struct table *t, uint64_t h, uint32_t row)
+static void table_put(struct table *t, uint64_t h, uint32_t row, const mfs_id_t *id)
 {
 	size_t i = h & t->mask;
 	while (t->s[i].row1)
 		i = (i + 1) & t->mask;
 	t->s[i].row1 = row + 1;
-	t->s[i].tag = (uint32_t)(h >> 32);
-}
-
-static uint64_t row_hash(const mfs_idmap_t *m, uint32_t row)
-{
-	mfs_id_t id = mfs_idmap_key(m, row);
-	return id_hash(&id);
+	t->s[i].kind = id->kind;
+	t->s[i].key = slot_key(id, h);
 }
 
 /* Copy up to `steps` old slots into the new table; free the old one when drained. */
@@ -110,8 +110,10 @@ static void migrate(mfs_idmap_t *m, size_t steps)
 	size_t end = m->old.mask + 1;
 	for (; steps && m->migrate_pos < end; steps--, m->migrate_pos++) {
 		const struct slot *s = &m->old.s[m->migrate_pos];
-		if (s->row1)
-			table_put(&m->t, row_hash(m, s->row1 - 1), s->row1 - 1);
+		if (s->row1) {
+			mfs_id_t id = mfs_idmap_key(m, s->row1 - 1);
+			table_put(&m->t, s->kind == MFS_ID_STR ? s->key : id_hash(&id), s->row1 - 1, &id);
+		}
 	}
 	if (m->migrate_pos == end) {
 		free(m->old.s);
@@ -221,7 +223,7 @@ int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int 
 		k->v = m->arena_len;
 		m->arena_len += id->len;
 	}
-	table_put(&m->t, h, m->n);
+	table_put(&m->t, h, m->n, id);
 	*row = m->n++;
 	if (added)
 		*added = 1;
