@@ -9,9 +9,16 @@
  *   tag 0x02 (string): 1..256 bytes of UTF-8
  * Row value: float32 LE bias, then k float32 LE factors (4 * (1 + k) bytes).
  * Each snapshot is one write transaction: readers see all of it or none of it.
+ *
+ * The static inline helpers below are the one implementation of the byte layout; both the
+ * writer (mfs_core) and libmfsnap (which must not link mfs_core) include this header.
  */
 #ifndef MFS_SNAP_FORMAT_H
 #define MFS_SNAP_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #define MFS_SNAP_VERSION 1u
 #define MFS_SNAP_DB_META "meta"
@@ -20,6 +27,14 @@
 #define MFS_SNAP_KEY_TAG_U64 0x01
 #define MFS_SNAP_KEY_TAG_STR 0x02
 #define MFS_SNAP_KEY_MAX (1 + 256)
+#define MFS_SNAP_STR_MAX 256
+#define MFS_SNAP_DTYPE "f32"
+#define MFS_SNAP_MAX_DBS 3
+/* Reader slots in lock.mdb. Whoever creates the lock file fixes the table size, so the
+ * writer, libmfsnap and the Python reader all ask for the same number. */
+#define MFS_SNAP_MAX_READERS 1024
+/* Kafka topic names are at most 249 bytes of [a-zA-Z0-9._-]. */
+#define MFS_SNAP_TOPIC_MAX 249
 
 /* meta keys and their value types */
 #define MFS_META_VERSION "format_version"     /* u32 */
@@ -36,5 +51,160 @@
 #define MFS_META_RMIN "rating_min"            /* f64 */
 #define MFS_META_RMAX "rating_max"            /* f64 */
 #define MFS_META_OFFSET_PREFIX "offset/"      /* "offset/<topic>/<partition>" -> i64 next offset */
+
+/* ---- little-endian scalars (byte shifts: correct on any host, one mov on x86) -------- */
+static inline void mfs_snap_put_u32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+static inline uint32_t mfs_snap_get_u32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline void mfs_snap_put_u64(unsigned char *p, uint64_t v)
+{
+	mfs_snap_put_u32(p, (uint32_t)v);
+	mfs_snap_put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint64_t mfs_snap_get_u64(const unsigned char *p)
+{
+	return (uint64_t)mfs_snap_get_u32(p) | (uint64_t)mfs_snap_get_u32(p + 4) << 32;
+}
+
+static inline void mfs_snap_put_f32(unsigned char *p, float f)
+{
+	uint32_t v;
+	memcpy(&v, &f, 4);
+	mfs_snap_put_u32(p, v);
+}
+
+static inline float mfs_snap_get_f32(const unsigned char *p)
+{
+	uint32_t v = mfs_snap_get_u32(p);
+	float f;
+	memcpy(&f, &v, 4);
+	return f;
+}
+
+static inline void mfs_snap_put_f64(unsigned char *p, double d)
+{
+	uint64_t v;
+	memcpy(&v, &d, 8);
+	mfs_snap_put_u64(p, v);
+}
+
+static inline double mfs_snap_get_f64(const unsigned char *p)
+{
+	uint64_t v = mfs_snap_get_u64(p);
+	double d;
+	memcpy(&d, &v, 8);
+	return d;
+}
+
+/** Bytes of one row value: bias + k factors. */
+static inline size_t mfs_snap_row_bytes(uint32_t k) { return 4u * (1u + (size_t)k); }
+
+/* ---- keys ----------------------------------------------------------------------------- */
+/** Encode a u64 id into out[9]. @return 9. */
+static inline size_t mfs_snap_key_u64(unsigned char *out, uint64_t v)
+{
+	out[0] = MFS_SNAP_KEY_TAG_U64;
+	for (int i = 0; i < 8; i++)
+		out[1 + i] = (unsigned char)(v >> (56 - 8 * i));
+	return 9;
+}
+
+/** Encode a string id (len 1..256, checked by the caller) into out[1 + len]. @return 1 + len. */
+static inline size_t mfs_snap_key_str(unsigned char *out, const char *s, size_t len)
+{
+	out[0] = MFS_SNAP_KEY_TAG_STR;
+	memcpy(out + 1, s, len);
+	return 1 + len;
+}
+
+/** Decode a key. @return MFS_SNAP_KEY_TAG_U64 (*num set), MFS_SNAP_KEY_TAG_STR (*str, *len set),
+ *  or 0 for a key that is not a valid encoded id. */
+static inline int mfs_snap_key_decode(const unsigned char *key, size_t size, uint64_t *num, const char **str,
+                                      size_t *len)
+{
+	if (size == 9 && key[0] == MFS_SNAP_KEY_TAG_U64) {
+		uint64_t v = 0;
+		for (int i = 0; i < 8; i++)
+			v = v << 8 | key[1 + i];
+		*num = v;
+		return MFS_SNAP_KEY_TAG_U64;
+	}
+	if (size >= 2 && size <= MFS_SNAP_KEY_MAX && key[0] == MFS_SNAP_KEY_TAG_STR) {
+		*str = (const char *)key + 1;
+		*len = size - 1;
+		return MFS_SNAP_KEY_TAG_STR;
+	}
+	return 0;
+}
+
+/* ---- text form of ids (the same rules as model_store/id.c and mfsnap.py) -------------- */
+/** Canonical decimal u64: "0" or 1..20 digits without a leading zero, < 2^64. @return 1 if so. */
+static inline int mfs_snap_parse_canonical_u64(const char *s, size_t len, uint64_t *out)
+{
+	if (len == 0 || len > 20 || (len > 1 && s[0] == '0'))
+		return 0;
+	uint64_t v = 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned d = (unsigned)(unsigned char)s[i] - '0';
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			return 0;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 1;
+}
+
+/** Does a string id need the "str:" prefix in text form (it would read back as a number,
+ *  or it starts with "str:" itself)? */
+static inline int mfs_snap_str_needs_prefix(const char *s, size_t len)
+{
+	uint64_t v;
+	return mfs_snap_parse_canonical_u64(s, len, &v) || (len >= 4 && memcmp(s, "str:", 4) == 0);
+}
+
+/* ---- meta value types ------------------------------------------------------------------ */
+enum mfs_snap_meta_type {
+	MFS_SNAP_T_UNKNOWN = 0,
+	MFS_SNAP_T_U32,
+	MFS_SNAP_T_U64,
+	MFS_SNAP_T_I64,
+	MFS_SNAP_T_F64,
+	MFS_SNAP_T_ASCII,
+};
+
+/** Type of a meta key (key is not NUL-terminated). Offsets keys are MFS_SNAP_T_I64. */
+static inline int mfs_snap_meta_type(const char *key, size_t len)
+{
+	static const struct {
+		const char *k;
+		int t;
+	} tab[] = {
+		{MFS_META_VERSION, MFS_SNAP_T_U32}, {MFS_META_K, MFS_SNAP_T_U32},
+		{MFS_META_DTYPE, MFS_SNAP_T_ASCII}, {MFS_META_MU, MFS_SNAP_T_F64},
+		{MFS_META_N_USERS, MFS_SNAP_T_U64}, {MFS_META_N_ITEMS, MFS_SNAP_T_U64},
+		{MFS_META_SEQ, MFS_SNAP_T_U64},     {MFS_META_WALL_MS, MFS_SNAP_T_I64},
+		{MFS_META_EVENTS, MFS_SNAP_T_U64},  {MFS_META_LR, MFS_SNAP_T_F64},
+		{MFS_META_LOSS, MFS_SNAP_T_F64},    {MFS_META_RMIN, MFS_SNAP_T_F64},
+		{MFS_META_RMAX, MFS_SNAP_T_F64},
+	};
+	const size_t plen = sizeof MFS_META_OFFSET_PREFIX - 1;
+	if (len > plen && memcmp(key, MFS_META_OFFSET_PREFIX, plen) == 0)
+		return MFS_SNAP_T_I64;
+	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+		if (strlen(tab[i].k) == len && memcmp(tab[i].k, key, len) == 0)
+			return tab[i].t;
+	return MFS_SNAP_T_UNKNOWN;
+}
 
 #endif

@@ -63,6 +63,12 @@ MFS_SNAP_API int mfs_snap_id_parse(const char *text, mfs_snap_id_t *out);
 MFS_SNAP_API int mfs_snap_open(const char *dir, mfs_snap_t **out, char *errstr, size_t errstr_size);
 MFS_SNAP_API void mfs_snap_close(mfs_snap_t *s);
 MFS_SNAP_API int mfs_snap_get_meta(mfs_snap_t *s, mfs_snap_meta_t *out);
+/** Call fn for every meta record (fixed keys and "offset/<topic>/<partition>" -> i64 LE) of one
+ *  snapshot, in key order, in one read txn. fn returning non-zero stops the walk and is returned.
+ *  @return 0, MFS_ELMDB, errno, or fn's value. */
+typedef int (*mfs_snap_meta_fn)(void *ctx, const char *key, size_t key_len, const unsigned char *val,
+                                size_t val_len);
+MFS_SNAP_API int mfs_snap_meta_each(mfs_snap_t *s, mfs_snap_meta_fn fn, void *ctx);
 /** Bias and k factors of a user/item (vec holds k floats). @return 0, MFS_ENOTFOUND, ... */
 MFS_SNAP_API int mfs_snap_user(mfs_snap_t *s, const mfs_snap_id_t *id, float *bias, float *vec);
 MFS_SNAP_API int mfs_snap_item(mfs_snap_t *s, const mfs_snap_id_t *id, float *bias, float *vec);
@@ -72,9 +78,10 @@ MFS_SNAP_API int mfs_snap_item(mfs_snap_t *s, const mfs_snap_id_t *id, float *bi
 MFS_SNAP_API int mfs_snap_predict(mfs_snap_t *s, const mfs_snap_id_t *user, const mfs_snap_id_t *item,
                                   float *out, int *known);
 /** The k best items for user by predicted score (unclipped), best first. *n_out <= k.
- *  @return 0, MFS_ENOTFOUND (unknown user), ENOMEM. */
+ *  @return 0, MFS_ENOTFOUND (unknown user), ENOMEM, MFS_EIDLEN, MFS_EFORMAT, MFS_ELMDB. */
 MFS_SNAP_API int mfs_snap_topk(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k, mfs_snap_hit_t *out,
                                size_t *n_out);
+/** Text for any code these functions return (mfstream codes, errno and raw LMDB codes). */
 MFS_SNAP_API const char *mfs_snap_strerror(int err);
 
 #ifdef __cplusplus

@@ -1,0 +1,399 @@
+#!/usr/bin/python3
+"""mfsnap.py - read mfstream model snapshots (format v1) from Python.
+
+Only python3-lmdb and numpy (Debian packages), no compiled extension: this file is the
+proof that docs/SNAPSHOT_FORMAT.md is enough to read a snapshot in another language.
+
+    from mfsnap import Snapshot
+    snap = Snapshot("/var/lib/mfstream/snap")
+    snap.meta()                  # {'format_version': 1, 'k': 64, 'seq': 12, ..., 'offset/ratings/0': 991}
+    bias, vec = snap.user(42)    # u64 id; snap.user("alice") / snap.user("str:42") for strings
+    snap.predict(42, "item-7")   # clipped; unknown ids fall back to mu + the known biases
+    snap.topk(42, 10)            # [(item_id, score), ...] best first
+
+Ids: an int is a u64 id. A str is the id's text form, parsed like the C tools do: a
+canonical decimal ("0", "42"; no sign, no leading zero, < 2**64) is a u64 id, "str:" forces
+a string ("str:42"), anything else is a string id. Ids come back as int or str.
+
+DESIGN: every call runs in one short read transaction, so the meta (mu, rating range) and
+the rows it uses belong to one snapshot. When the writer has grown the map past ours, LMDB
+raises MapResizedError at begin: we adopt the new size (set_mapsize(0); no transaction of
+ours is live then) and begin again. Scores are computed as the C reader does - in float64,
+((mu + b_u) + b_i) + sum_j p_j q_j accumulated in j order, then rounded to float32 - so the
+two agree bit for bit. One Snapshot per directory per process: LMDB does not allow the same
+environment to be opened twice in one process.
+
+CLI:
+    mfsnap.py DIR                              the meta record as JSON
+    mfsnap.py DIR --user ID | --item ID        {"user": ..., "bias": ..., "factors": [...]}
+    mfsnap.py DIR --user ID --item ID          the prediction (one number)
+    mfsnap.py DIR --user ID --top K            K lines "item score", best first
+    mfsnap.py DIR --dump                       every row: "users|items <id> <float32 bits in hex>..."
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import struct
+import sys
+
+import lmdb
+import numpy as np
+
+FORMAT_VERSION = 1
+MAX_READERS = 1024          # same as the writer and libmfsnap (the lock file's table size)
+ID_MAX = 256
+TAG_U64 = 0x01
+TAG_STR = 0x02
+U64_MAX = (1 << 64) - 1
+
+# meta key -> struct format (little-endian); offsets keys are "<q"
+META_TYPES = {
+    "format_version": "<I", "k": "<I", "dtype": None, "mu": "<d",
+    "n_users": "<Q", "n_items": "<Q", "seq": "<Q", "wall_time_ms": "<q",
+    "events_applied": "<Q", "learning_rate": "<d", "last_loss": "<d",
+    "rating_min": "<d", "rating_max": "<d",
+}
+OFFSET_PREFIX = "offset/"
+
+_CANONICAL = re.compile(rb"0|[1-9][0-9]{0,19}")
+
+
+class SnapshotError(Exception):
+    """The directory is not a readable format-v1 snapshot."""
+
+
+class SnapshotNotFound(SnapshotError, LookupError):
+    """No snapshot has been published in the directory yet."""
+
+
+class SnapshotVersionError(SnapshotError):
+    """The snapshot has another format version."""
+
+
+# ---- ids -----------------------------------------------------------------------------------
+def parse_id(ident):
+    """Id -> int (u64) or str (string id), by the text rules above."""
+    if isinstance(ident, bool):
+        raise TypeError("an id is an int or a str")
+    if isinstance(ident, (int, np.integer)):
+        v = int(ident)
+        if not 0 <= v <= U64_MAX:
+            raise ValueError("u64 id out of range: %d" % v)
+        return v
+    if isinstance(ident, str):
+        raw = ident.encode("utf-8", "surrogateescape")
+    elif isinstance(ident, (bytes, bytearray)):
+        raw = bytes(ident)
+    else:
+        raise TypeError("an id is an int or a str, not %s" % type(ident).__name__)
+    if _CANONICAL.fullmatch(raw) and int(raw) <= U64_MAX:
+        return int(raw)
+    if raw.startswith(b"str:"):
+        raw = raw[4:]
+    if not 1 <= len(raw) <= ID_MAX:
+        raise ValueError("id empty or longer than %d bytes" % ID_MAX)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def encode_key(ident):
+    """The LMDB key of an id: 0x01 + 8-byte big-endian u64, or 0x02 + UTF-8 bytes."""
+    v = parse_id(ident)
+    if isinstance(v, int):
+        return bytes([TAG_U64]) + v.to_bytes(8, "big")
+    return bytes([TAG_STR]) + v.encode("utf-8", "surrogateescape")
+
+
+def decode_key(key):
+    """LMDB key -> int or str."""
+    key = bytes(key)
+    if len(key) == 9 and key[0] == TAG_U64:
+        return int.from_bytes(key[1:], "big")
+    if 2 <= len(key) <= 1 + ID_MAX and key[0] == TAG_STR:
+        return key[1:].decode("utf-8", "surrogateescape")
+    raise SnapshotError("malformed row key %r" % key)
+
+
+def format_id(v):
+    """The text form of an id (the inverse of parse_id): strings that would read back as a
+    number, or that start with "str:", get the "str:" prefix."""
+    if isinstance(v, int):
+        return str(v)
+    raw = v.encode("utf-8", "surrogateescape")
+    if (_CANONICAL.fullmatch(raw) and int(raw) <= U64_MAX) or raw.startswith(b"str:"):
+        return "str:" + v
+    return v
+
+
+# ---- the reader ------------------------------------------------------------------------------
+class Snapshot:
+    """A read-only view of the snapshot directory `path` (always the latest snapshot)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        if not os.path.isdir(self.path):
+            raise SnapshotNotFound("no snapshot in %s yet (no such directory)" % self.path)
+        if not os.path.exists(os.path.join(self.path, "data.mdb")):
+            raise SnapshotNotFound("no snapshot in %s yet (no data.mdb)" % self.path)
+        # lock=True: the writer must see our reader slots (never read without them)
+        self._env = lmdb.open(self.path, readonly=True, lock=True, max_dbs=3,
+                              max_readers=MAX_READERS, subdir=True, create=False)
+        try:
+            # open_db without a txn: py-lmdb then commits the txn it opens the DBI in (a
+            # read-only txn we commit ourselves is only reset, which would close the DBI)
+            for attempt in range(16):
+                try:
+                    dbs = [self._env.open_db(n, create=False) for n in (b"meta", b"users", b"items")]
+                    break
+                except lmdb.MapResizedError:
+                    self._env.set_mapsize(0)
+            else:
+                raise SnapshotError("%s: the map keeps growing under us" % self.path)
+        except lmdb.NotFoundError:
+            self._env.close()
+            raise SnapshotNotFound("no snapshot in %s yet (no meta database)" % self.path) from None
+        self._meta_db, self._users, self._items = dbs
+        self._cache_id = None       # txn id the cached item matrix is from
+        self._cache = None
+        try:
+            with self._txn() as txn:
+                self._read_meta(txn)
+        except Exception:
+            self._env.close()
+            raise
+
+    def close(self):
+        self._env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- transactions --
+    def _begin(self):
+        for _ in range(16):
+            try:
+                return self._env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                # the writer grew the map past ours; no txn of ours is live: adopt its size
+                self._env.set_mapsize(0)
+        raise SnapshotError("%s: the map keeps growing under us" % self.path)
+
+    class _Txn:
+        def __init__(self, snap):
+            self.txn = snap._begin()
+
+        def __enter__(self):
+            return self.txn
+
+        def __exit__(self, *exc):
+            self.txn.abort()
+
+    def _txn(self):
+        return Snapshot._Txn(self)
+
+    # -- meta --
+    def _read_meta(self, txn):
+        raw = {bytes(k).decode("ascii", "replace"): bytes(v) for k, v in txn.cursor(db=self._meta_db)}
+        if "seq" not in raw:
+            raise SnapshotNotFound("no snapshot in %s yet (nothing published)" % self.path)
+        meta = {}
+        for key, val in raw.items():
+            if key.startswith(OFFSET_PREFIX):
+                fmt = "<q"
+            elif key in META_TYPES:
+                fmt = META_TYPES[key]
+            else:
+                meta[key] = val.hex()        # a key from a newer writer
+                continue
+            if fmt is None:
+                meta[key] = val.decode("ascii")
+            elif len(val) != struct.calcsize(fmt):
+                raise SnapshotError("meta %s: %d bytes" % (key, len(val)))
+            else:
+                meta[key] = struct.unpack(fmt, val)[0]
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise SnapshotVersionError("%s holds snapshot format version %s; this reader reads %d"
+                                       % (self.path, version, FORMAT_VERSION))
+        if meta.get("dtype") != "f32":
+            raise SnapshotError("%s: dtype %r is not f32" % (self.path, meta.get("dtype")))
+        for key in META_TYPES:
+            if key not in meta:
+                raise SnapshotError("%s: meta record has no %s" % (self.path, key))
+        return meta
+
+    def meta(self):
+        """Every meta record as a dict (offsets as "offset/<topic>/<partition>": int)."""
+        with self._txn() as txn:
+            return self._read_meta(txn)
+
+    # -- rows --
+    @staticmethod
+    def _decode_row(val, k):
+        if len(val) != 4 * (1 + k):
+            raise SnapshotError("row value of %d bytes, expected %d" % (len(val), 4 * (1 + k)))
+        row = np.frombuffer(val, dtype="<f4")
+        return float(row[0]), row[1:].astype(np.float32)
+
+    def _row(self, txn, db, ident, k):
+        val = txn.get(encode_key(ident), db=db)
+        return None if val is None else self._decode_row(val, k)
+
+    def user(self, ident):
+        """(bias, factors) of a user; KeyError if unknown."""
+        return self._entity(self._users, "user", ident)
+
+    def item(self, ident):
+        """(bias, factors) of an item; KeyError if unknown."""
+        return self._entity(self._items, "item", ident)
+
+    def _entity(self, db, what, ident):
+        with self._txn() as txn:
+            meta = self._read_meta(txn)
+            row = self._row(txn, db, ident, meta["k"])
+        if row is None:
+            raise KeyError("%s %s is not in the snapshot" % (what, format_id(parse_id(ident))))
+        return row
+
+    # -- scoring --
+    @staticmethod
+    def _clip(r, meta):
+        lo, hi = meta["rating_min"], meta["rating_max"]
+        if lo <= hi:
+            r = min(max(r, lo), hi)
+        return r
+
+    def predict(self, user, item, known=None):
+        """Predicted rating mu + b_u + b_i + p.q, clipped to [rating_min, rating_max]. An
+        unknown id falls back to mu + the known biases (no factor term). If `known` is a list,
+        [user_known, item_known] is appended to it."""
+        with self._txn() as txn:
+            meta = self._read_meta(txn)
+            ru = self._row(txn, self._users, user, meta["k"])
+            ri = self._row(txn, self._items, item, meta["k"])
+        r = meta["mu"]
+        if ru is not None:
+            r += ru[0]
+        if ri is not None:
+            r += ri[0]
+        if ru is not None and ri is not None:
+            acc = 0.0
+            for a, b in zip(ru[1].tolist(), ri[1].tolist()):
+                acc += a * b            # exact products, summed in j order like the C reader
+            r += acc
+        if known is not None:
+            known.extend([ru is not None, ri is not None])
+        return float(np.float32(self._clip(r, meta)))
+
+    def _item_matrix(self, txn, meta):
+        """(ids, biases float64, factors float32 n x k) of every item, read in this txn."""
+        if self._cache_id == txn.id() and self._cache is not None:
+            return self._cache
+        k = meta["k"]
+        rb = 4 * (1 + k)
+        keys, vals = [], []
+        for key, val in txn.cursor(db=self._items):
+            if len(val) != rb:
+                raise SnapshotError("item row of %d bytes, expected %d" % (len(val), rb))
+            keys.append(key)
+            vals.append(val)
+        m = np.frombuffer(b"".join(vals), dtype="<f4").reshape(len(vals), 1 + k)
+        ids = [decode_key(key) for key in keys]
+        self._cache = (ids, m[:, 0].astype(np.float64), m[:, 1:])
+        self._cache_id = txn.id()
+        return self._cache
+
+    def topk(self, user, k):
+        """The k best items for user by unclipped score, best first: [(item_id, score)].
+        Ties go to the smaller key. KeyError if the user is unknown."""
+        if k < 0:
+            raise ValueError("k < 0")
+        with self._txn() as txn:
+            meta = self._read_meta(txn)
+            ru = self._row(txn, self._users, user, meta["k"])
+            if ru is None:
+                raise KeyError("user %s is not in the snapshot" % format_id(parse_id(user)))
+            ids, bias, q = self._item_matrix(txn, meta)
+        if k == 0 or not ids:
+            return []
+        p = ru[1].astype(np.float64)
+        acc = np.zeros(len(ids), dtype=np.float64)
+        for j in range(meta["k"]):      # j order, as the C reader sums
+            acc += q[:, j].astype(np.float64) * p[j]
+        scores = (((meta["mu"] + ru[0]) + bias) + acc).astype(np.float32)
+        order = np.argsort(-scores, kind="stable")[:k]   # items are in key order: ties -> smaller key
+        return [(ids[i], float(scores[i])) for i in order]
+
+    def rows(self, which):
+        """Iterate (id, bias, factors) over "users" or "items" in key order (one txn)."""
+        db = {"users": self._users, "items": self._items}[which]
+        with self._txn() as txn:
+            k = self._read_meta(txn)["k"]
+            out = [(decode_key(key), *self._decode_row(bytes(val), k)) for key, val in txn.cursor(db=db)]
+        return out
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+def _json_meta(meta):
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in meta.items()}
+
+
+def _bits(x):
+    return "%08x" % struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="mfsnap.py", description="Read an mfstream snapshot.")
+    ap.add_argument("dir")
+    ap.add_argument("--user")
+    ap.add_argument("--item")
+    ap.add_argument("--top", type=int)
+    ap.add_argument("--dump", action="store_true", help="every row, float32 bits in hex")
+    a = ap.parse_args(argv)
+    if a.top is not None and (a.user is None or a.item is not None or a.top < 1):
+        ap.error("--top K (K >= 1) needs --user and no --item")
+    try:
+        snap = Snapshot(a.dir)
+    except SnapshotError as e:
+        print("mfsnap: %s" % e, file=sys.stderr)
+        return 1
+    try:
+        if a.dump:
+            for which in ("users", "items"):
+                for ident, bias, vec in snap.rows(which):
+                    print(which, format_id(ident), _bits(bias), *(_bits(x) for x in vec.tolist()))
+        elif a.user is not None and a.top is not None:
+            for ident, score in snap.topk(a.user, a.top):
+                print("%s %.9g" % (format_id(ident), score))
+        elif a.user is not None and a.item is not None:
+            known = []
+            r = snap.predict(a.user, a.item, known)
+            for what, ok, ident in (("user", known[0], a.user), ("item", known[1], a.item)):
+                if not ok:
+                    print("mfsnap: %s %s is not in the snapshot; fallback used" % (what, ident),
+                          file=sys.stderr)
+            print("%.9g" % r)
+        elif a.user is not None or a.item is not None:
+            what, ident = ("user", a.user) if a.user is not None else ("item", a.item)
+            bias, vec = snap.user(ident) if what == "user" else snap.item(ident)
+            print(json.dumps({what: format_id(parse_id(ident)), "bias": bias, "factors": vec.tolist()}))
+        else:
+            print(json.dumps(_json_meta(snap.meta()), indent=2))
+    except KeyError as e:
+        print("mfsnap: %s" % e.args[0], file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print("mfsnap: %s" % e, file=sys.stderr)
+        return 2
+    finally:
+        snap.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

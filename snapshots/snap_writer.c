@@ -1,0 +1,516 @@
+/* snap_writer.c - publish the model to LMDB as snapshot format v1 (snap_format.h).
+ *
+ * DESIGN
+ * One snapshot = one LMDB write txn holding the rows, the meta record and the Kafka
+ * offsets; mdb_txn_commit is the publish point, so a reader (libmfsnap, mfsnap.py) sees the
+ * whole snapshot or the previous one, and the offsets stored always describe exactly the
+ * rows stored with them. seq is read and incremented inside that same txn.
+ *
+ * Order of work in mfs_snap_publish:
+ *   1. validate everything (row indices, finite values, offsets) - nothing is written if any
+ *      check fails, so a NaN never reaches a reader;
+ *   2. collect the rows to write and sort them by encoded key (u64 ids first, numerically,
+ *      then strings bytewise: the order LMDB's default comparator gives the encoded keys);
+ *   3. in the txn: check format_version and k against what is stored, read seq, write the
+ *      rows (MDB_APPEND for the sorted run beyond the DB's current last key, plain puts
+ *      before it), count the DB entries, write meta and offsets, commit.
+ * On MDB_MAP_FULL (from a put or from the commit itself) the txn is aborted, the map size
+ * doubled with mdb_env_set_mapsize (legal here: this process has no other txn) and the whole
+ * txn retried; readers adopt the larger map on their next MDB_MAP_RESIZED. MDB_PANIC marks
+ * the writer unusable (MFS_EFATAL afterwards): the process must restart.
+ *
+ * n_users / n_items in meta are the number of rows in the users / items DB after the
+ * commit (a partial publish leaves the rows it does not name as they were).
+ */
+#include "snapshots/snap_writer.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "snapshots/snap_format.h"
+
+#define SNAP_MAP_MAX ((size_t)1 << 46) /* 64 TiB: beyond this, map full is final */
+
+struct mfs_snap_writer {
+	MDB_env *sw_env;
+	MDB_dbi sw_meta, sw_users, sw_items;
+	char *sw_dir;
+	unsigned char *sw_val; /* one row value */
+	size_t sw_val_cap;
+	int sw_fatal;
+};
+
+/* A row to write, with its external id (the sort key). */
+struct snap_row {
+	mfs_id_t id;
+	uint32_t row;
+};
+
+static int lmdb_fail(mfs_snap_writer_t *w, int rc, const char *what, char *errstr, size_t es)
+{
+	if (rc == MDB_PANIC)
+		w->sw_fatal = 1;
+	mfs_error("snap", "msg=\"LMDB failure\" op=%s err=\"%s\"", what, mdb_strerror(rc));
+	return mfs_errf(errstr, es, rc > 0 ? rc : MFS_ELMDB, "LMDB %s on %s: %s", what, w->sw_dir,
+	                mdb_strerror(rc));
+}
+
+static int put_meta(MDB_txn *txn, MDB_dbi dbi, const char *key, const void *val, size_t size)
+{
+	MDB_val k = {strlen(key), (void *)(uintptr_t)key};
+	MDB_val v = {size, (void *)(uintptr_t)val};
+	return mdb_put(txn, dbi, &k, &v, 0);
+}
+
+static int put_meta_u32(MDB_txn *txn, MDB_dbi dbi, const char *key, uint32_t x)
+{
+	unsigned char b[4];
+	mfs_snap_put_u32(b, x);
+	return put_meta(txn, dbi, key, b, 4);
+}
+
+static int put_meta_u64(MDB_txn *txn, MDB_dbi dbi, const char *key, uint64_t x)
+{
+	unsigned char b[8];
+	mfs_snap_put_u64(b, x);
+	return put_meta(txn, dbi, key, b, 8);
+}
+
+static int put_meta_f64(MDB_txn *txn, MDB_dbi dbi, const char *key, double x)
+{
+	unsigned char b[8];
+	mfs_snap_put_f64(b, x);
+	return put_meta(txn, dbi, key, b, 8);
+}
+
+/* Read a u32 meta value; *found = 0 when the key is absent. */
+static int get_meta_u32(MDB_txn *txn, MDB_dbi dbi, const char *key, uint32_t *out, int *found)
+{
+	MDB_val k = {strlen(key), (void *)(uintptr_t)key}, v;
+	int rc = mdb_get(txn, dbi, &k, &v);
+	*found = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	if (v.mv_size != 4)
+		return MFS_EFORMAT;
+	*out = mfs_snap_get_u32(v.mv_data);
+	*found = 1;
+	return 0;
+}
+
+void mfs_snap_writer_close(mfs_snap_writer_t *w)
+{
+	if (!w)
+		return;
+	if (w->sw_env)
+		mdb_env_close(w->sw_env);
+	free(w->sw_dir);
+	free(w->sw_val);
+	free(w);
+}
+
+int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **out, char *errstr,
+                         size_t errstr_size)
+{
+	int rc;
+	MDB_txn *txn = NULL;
+	if (!dir || !*dir || !out)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "snapshot writer: no directory given");
+	*out = NULL;
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		rc = errno;
+		return mfs_errf(errstr, errstr_size, rc, "snapshot directory %s: %s", dir, strerror(rc));
+	}
+	mfs_snap_writer_t *w = calloc(1, sizeof *w);
+	if (!w || !(w->sw_dir = strdup(dir))) {
+		free(w);
+		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
+	}
+	if ((rc = mdb_env_create(&w->sw_env))) {
+		w->sw_env = NULL;
+		rc = lmdb_fail(w, rc, "env_create", errstr, errstr_size);
+		goto fail;
+	}
+	if ((rc = mdb_env_set_maxdbs(w->sw_env, MFS_SNAP_MAX_DBS)) ||
+	    (rc = mdb_env_set_maxreaders(w->sw_env, MFS_SNAP_MAX_READERS))) {
+		rc = lmdb_fail(w, rc, "env_set", errstr, errstr_size);
+		goto fail;
+	}
+	/* Open without a size so an existing env keeps its (possibly grown) map; only raise it. */
+	if ((rc = mdb_env_open(w->sw_env, dir, 0, 0644))) {
+		rc = lmdb_fail(w, rc, "env_open", errstr, errstr_size);
+		goto fail;
+	}
+	MDB_envinfo info;
+	mdb_env_info(w->sw_env, &info);
+	if (info.me_mapsize < map_size && (rc = mdb_env_set_mapsize(w->sw_env, map_size))) {
+		rc = lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
+		goto fail;
+	}
+	/* reader slots of killed readers pin old pages: clear them on start */
+	int dead = 0;
+	mdb_reader_check(w->sw_env, &dead);
+	/* create the three DBs and check the version of what is there */
+	for (int tries = 0;; tries++) {
+		rc = mdb_txn_begin(w->sw_env, NULL, 0, &txn);
+		if (rc != MDB_MAP_RESIZED || tries >= 8)
+			break;
+		mdb_env_set_mapsize(w->sw_env, 0);
+	}
+	if (rc) {
+		txn = NULL;
+		rc = lmdb_fail(w, rc, "txn_begin", errstr, errstr_size);
+		goto fail;
+	}
+	if ((rc = mdb_dbi_open(txn, MFS_SNAP_DB_META, MDB_CREATE, &w->sw_meta)) ||
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USERS, MDB_CREATE, &w->sw_users)) ||
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEMS, MDB_CREATE, &w->sw_items))) {
+		rc = lmdb_fail(w, rc, "dbi_open", errstr, errstr_size);
+		goto fail;
+	}
+	uint32_t ver;
+	int found;
+	if ((rc = get_meta_u32(txn, w->sw_meta, MFS_META_VERSION, &ver, &found))) {
+		rc = rc == MFS_EFORMAT ? mfs_errf(errstr, errstr_size, rc, "%s: malformed %s record", dir,
+		                                  MFS_META_VERSION)
+		                       : lmdb_fail(w, rc, "get", errstr, errstr_size);
+		goto fail;
+	}
+	if (found && ver != MFS_SNAP_VERSION) {
+		rc = mfs_errf(errstr, errstr_size, MFS_EVERSION,
+		              "%s holds snapshot format version %u; this build writes version %u (see "
+		              "docs/SNAPSHOT_FORMAT.md, version policy)",
+		              dir, ver, MFS_SNAP_VERSION);
+		goto fail;
+	}
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc) {
+		rc = lmdb_fail(w, rc, "txn_commit", errstr, errstr_size);
+		goto fail;
+	}
+	mdb_env_info(w->sw_env, &info);
+	mfs_info("snap", "msg=\"snapshot writer open\" dir=%s map_size=%zu stale_readers=%d", dir,
+	         (size_t)info.me_mapsize, dead);
+	*out = w;
+	return 0;
+fail:
+	if (txn)
+		mdb_txn_abort(txn);
+	mfs_snap_writer_close(w);
+	return rc;
+}
+
+/* ---- validation and row lists ---------------------------------------------------------------- */
+static int row_cmp(const void *pa, const void *pb)
+{
+	const mfs_id_t *a = &((const struct snap_row *)pa)->id, *b = &((const struct snap_row *)pb)->id;
+	if (a->kind != b->kind)
+		return a->kind < b->kind ? -1 : 1; /* tag 0x01 (u64) sorts before 0x02 (string) */
+	if (a->kind == MFS_ID_U64)
+		return a->num < b->num ? -1 : a->num > b->num;
+	size_t n = a->len < b->len ? a->len : b->len;
+	int c = memcmp(a->str, b->str, n);
+	return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+static int row_finite(const float *b, const float *F, uint32_t row, int k)
+{
+	if (!isfinite(b[row]))
+		return 0;
+	const float *f = F + (size_t)row * (size_t)k;
+	for (int j = 0; j < k; j++)
+		if (!isfinite(f[j]))
+			return 0;
+	return 1;
+}
+
+/* Collect, check and sort one entity's rows. rows == NULL: every row. */
+static int rows_collect(const char *ent, const mfs_idmap_t *map, const float *b, const float *F, int k,
+                        uint32_t n_model, const uint32_t *rows, size_t n_rows, struct snap_row **out,
+                        size_t *n_out, char *errstr, size_t es)
+{
+	size_t n = rows ? n_rows : n_model;
+	struct snap_row *r = NULL;
+	*out = NULL;
+	*n_out = 0;
+	if (n == 0)
+		return 0;
+	if (!(r = malloc(n * sizeof *r)))
+		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t row = rows ? rows[i] : (uint32_t)i;
+		if (row >= n_model) {
+			free(r);
+			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row,
+			                n_model);
+		}
+		if (!row_finite(b, F, row, k)) {
+			free(r);
+			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published",
+			                ent, row);
+		}
+		r[i].row = row;
+		r[i].id = mfs_idmap_key(map, row);
+		if (r[i].id.kind == MFS_ID_STR && (r[i].id.len == 0 || r[i].id.len > MFS_SNAP_STR_MAX)) {
+			unsigned len = r[i].id.len;
+			free(r);
+			return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, len);
+		}
+	}
+	qsort(r, n, sizeof *r, row_cmp);
+	/* drop repeated rows: MDB_APPEND needs strictly increasing keys */
+	size_t m = 1;
+	for (size_t i = 1; i < n; i++)
+		if (row_cmp(&r[i], &r[m - 1]) != 0)
+			r[m++] = r[i];
+	*out = r;
+	*n_out = m;
+	return 0;
+}
+
+static int check_info(const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr, size_t es)
+{
+	if (m->k < 1)
+		return mfs_errf(errstr, es, MFS_EINVAL, "model has k = %d", m->k);
+	if (!isfinite(m->mu))
+		return mfs_errf(errstr, es, MFS_ENAN, "mu is %g; nothing published", m->mu);
+	if (!isfinite(info->learning_rate))
+		return mfs_errf(errstr, es, MFS_ENAN, "learning_rate is %g; nothing published", info->learning_rate);
+	if (isinf(info->last_loss))
+		return mfs_errf(errstr, es, MFS_ENAN, "last_loss is infinite (NaN means unknown); nothing published");
+	if (!isfinite(info->rating_min) || !isfinite(info->rating_max))
+		return mfs_errf(errstr, es, MFS_ENAN, "rating range is not finite; nothing published");
+	if (info->rating_min > info->rating_max)
+		return mfs_errf(errstr, es, MFS_EINVAL, "rating_min %g > rating_max %g", info->rating_min,
+		                info->rating_max);
+	if (info->n_offsets && !info->offsets)
+		return mfs_errf(errstr, es, MFS_EINVAL, "n_offsets = %zu but no offsets", info->n_offsets);
+	for (size_t i = 0; i < info->n_offsets; i++) {
+		const mfs_snap_offset_t *o = &info->offsets[i];
+		size_t len = o->topic ? strlen(o->topic) : 0;
+		if (len == 0 || len > MFS_SNAP_TOPIC_MAX || strchr(o->topic, '/'))
+			return mfs_errf(errstr, es, MFS_EINVAL, "offset %zu: bad topic name \"%s\"", i,
+			                o->topic ? o->topic : "(null)");
+		if (o->partition < 0)
+			return mfs_errf(errstr, es, MFS_EINVAL, "offset %zu: partition %d < 0", i, (int)o->partition);
+	}
+	return 0;
+}
+
+/* ---- the txn --------------------------------------------------------------------------------- */
+/* Write sorted rows into dbi: plain puts up to the DB's last key, MDB_APPEND after it. */
+static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct snap_row *r, size_t n,
+                      const float *b, const float *F, int k)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	unsigned char kbuf[MFS_SNAP_KEY_MAX], last[MFS_SNAP_KEY_MAX];
+	size_t last_len = 0;
+	int have_last, rc;
+	if (n == 0)
+		return 0;
+	if ((rc = mdb_cursor_open(txn, dbi, &cur)))
+		return rc;
+	rc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
+	have_last = rc == 0;
+	if (rc && rc != MDB_NOTFOUND)
+		goto out;
+	if (have_last) {
+		last_len = key.mv_size < sizeof last ? key.mv_size : sizeof last;
+		memcpy(last, key.mv_data, last_len);
+	}
+	const size_t vbytes = mfs_snap_row_bytes((uint32_t)k);
+	int append = !have_last;
+	rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const mfs_id_t *id = &r[i].id;
+		key.mv_data = kbuf;
+		key.mv_size = id->kind == MFS_ID_U64 ? mfs_snap_key_u64(kbuf, id->num)
+		                                     : mfs_snap_key_str(kbuf, id->str, id->len);
+		if (!append) {
+			size_t m = key.mv_size < last_len ? key.mv_size : last_len;
+			int c = memcmp(kbuf, last, m);
+			append = c > 0 || (c == 0 && key.mv_size > last_len);
+		}
+		unsigned char *v = w->sw_val;
+		const float *f = F + (size_t)r[i].row * (size_t)k;
+		mfs_snap_put_f32(v, b[r[i].row]);
+		for (int j = 0; j < k; j++)
+			mfs_snap_put_f32(v + 4 + 4 * (size_t)j, f[j]);
+		val.mv_data = v;
+		val.mv_size = vbytes;
+		rc = mdb_cursor_put(cur, &key, &val, append ? MDB_APPEND : 0);
+	}
+out:
+	mdb_cursor_close(cur);
+	return rc;
+}
+
+/* Everything inside one write txn. LMDB codes come back as is (MDB_MAP_FULL is retried by
+ * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. */
+static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_model_t *m, const mfs_snap_info_t *info,
+                       const struct snap_row *ur, size_t nu, const struct snap_row *ir, size_t ni,
+                       uint64_t *seq_out, uint64_t *n_users, uint64_t *n_items, char *errstr, size_t es)
+{
+	int rc, found;
+	uint32_t stored;
+	MDB_val k, v;
+	if ((rc = get_meta_u32(txn, w->sw_meta, MFS_META_VERSION, &stored, &found)))
+		return rc == MFS_EFORMAT ? mfs_errf(errstr, es, rc, "malformed %s record", MFS_META_VERSION) : rc;
+	if (found && stored != MFS_SNAP_VERSION)
+		return mfs_errf(errstr, es, MFS_EVERSION, "%s holds format version %u, this build writes %u",
+		                w->sw_dir, stored, MFS_SNAP_VERSION);
+	if ((rc = get_meta_u32(txn, w->sw_meta, MFS_META_K, &stored, &found)))
+		return rc == MFS_EFORMAT ? mfs_errf(errstr, es, rc, "malformed %s record", MFS_META_K) : rc;
+	if (found && stored != (uint32_t)m->k)
+		return mfs_errf(errstr, es, MFS_EINVAL,
+		                "model has k = %d but the snapshot in %s has k = %u (use a new directory)", m->k,
+		                w->sw_dir, stored);
+	uint64_t seq = 1;
+	k.mv_data = (void *)(uintptr_t)MFS_META_SEQ;
+	k.mv_size = strlen(MFS_META_SEQ);
+	rc = mdb_get(txn, w->sw_meta, &k, &v);
+	if (rc == 0 && v.mv_size == 8)
+		seq = mfs_snap_get_u64(v.mv_data) + 1;
+	else if (rc == 0)
+		return mfs_errf(errstr, es, MFS_EFORMAT, "malformed %s record", MFS_META_SEQ);
+	else if (rc != MDB_NOTFOUND)
+		return rc;
+
+	if ((rc = write_rows(w, txn, w->sw_users, ur, nu, m->bu, m->P, m->k)) ||
+	    (rc = write_rows(w, txn, w->sw_items, ir, ni, m->bi, m->Q, m->k)))
+		return rc;
+	MDB_stat su, si;
+	if ((rc = mdb_stat(txn, w->sw_users, &su)) || (rc = mdb_stat(txn, w->sw_items, &si)))
+		return rc;
+
+	MDB_dbi d = w->sw_meta;
+	if ((rc = put_meta_u32(txn, d, MFS_META_VERSION, MFS_SNAP_VERSION)) ||
+	    (rc = put_meta_u32(txn, d, MFS_META_K, (uint32_t)m->k)) ||
+	    (rc = put_meta(txn, d, MFS_META_DTYPE, MFS_SNAP_DTYPE, 3)) ||
+	    (rc = put_meta_f64(txn, d, MFS_META_MU, m->mu)) ||
+	    (rc = put_meta_u64(txn, d, MFS_META_N_USERS, su.ms_entries)) ||
+	    (rc = put_meta_u64(txn, d, MFS_META_N_ITEMS, si.ms_entries)) ||
+	    (rc = put_meta_u64(txn, d, MFS_META_SEQ, seq)) ||
+	    (rc = put_meta_u64(txn, d, MFS_META_WALL_MS, (uint64_t)mfs_wall_ms())) ||
+	    (rc = put_meta_u64(txn, d, MFS_META_EVENTS, m->events_applied)) ||
+	    (rc = put_meta_f64(txn, d, MFS_META_LR, info->learning_rate)) ||
+	    (rc = put_meta_f64(txn, d, MFS_META_LOSS, info->last_loss)) ||
+	    (rc = put_meta_f64(txn, d, MFS_META_RMIN, info->rating_min)) ||
+	    (rc = put_meta_f64(txn, d, MFS_META_RMAX, info->rating_max)))
+		return rc;
+	for (size_t i = 0; i < info->n_offsets; i++) {
+		const mfs_snap_offset_t *o = &info->offsets[i];
+		char key[sizeof MFS_META_OFFSET_PREFIX + MFS_SNAP_TOPIC_MAX + 16];
+		snprintf(key, sizeof key, "%s%s/%d", MFS_META_OFFSET_PREFIX, o->topic, (int)o->partition);
+		if ((rc = put_meta_u64(txn, d, key, (uint64_t)o->next_offset)))
+			return rc;
+	}
+	*seq_out = seq;
+	*n_users = su.ms_entries;
+	*n_items = si.ms_entries;
+	return 0;
+}
+
+int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_info_t *info, uint64_t *seq,
+                     char *errstr, size_t errstr_size)
+{
+	struct snap_row *ur = NULL, *ir = NULL;
+	size_t nu = 0, ni = 0;
+	int rc;
+	if (!w || !m || !info)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
+	if (w->sw_fatal)
+		return mfs_errf(errstr, errstr_size, MFS_EFATAL, "snapshot writer on %s is unusable after a fatal "
+		                                                 "LMDB error", w->sw_dir);
+	double t0 = mfs_now_s();
+	/* 1. validate (nothing is written unless all of it is good) */
+	if ((rc = check_info(m, info, errstr, errstr_size)))
+		return rc;
+	if ((rc = rows_collect("user", m->users, m->bu, m->P, m->k, m->n_users, info->user_rows, info->n_user_rows,
+	                       &ur, &nu, errstr, errstr_size)) ||
+	    (rc = rows_collect("item", m->items, m->bi, m->Q, m->k, m->n_items, info->item_rows, info->n_item_rows,
+	                       &ir, &ni, errstr, errstr_size)))
+		goto out;
+	size_t vbytes = mfs_snap_row_bytes((uint32_t)m->k);
+	if (vbytes > w->sw_val_cap) {
+		unsigned char *v = realloc(w->sw_val, vbytes);
+		if (!v) {
+			rc = mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
+			goto out;
+		}
+		w->sw_val = v;
+		w->sw_val_cap = vbytes;
+	}
+	int dead = 0;
+	mdb_reader_check(w->sw_env, &dead);
+	if (dead)
+		mfs_warn("snap", "msg=\"cleared stale reader slots\" count=%d", dead);
+
+	/* 2. one txn; retried whole after growing the map */
+	uint64_t s = 0, n_users = 0, n_items = 0;
+	for (int attempt = 0;; attempt++) {
+		MDB_txn *txn;
+		rc = mdb_txn_begin(w->sw_env, NULL, 0, &txn);
+		if (rc == MDB_MAP_RESIZED && attempt < 8) {
+			/* another writer process grew the map: adopt its size */
+			if ((rc = mdb_env_set_mapsize(w->sw_env, 0))) {
+				rc = lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
+				goto out;
+			}
+			continue;
+		}
+		if (rc) {
+			rc = lmdb_fail(w, rc, "txn_begin", errstr, errstr_size);
+			goto out;
+		}
+		rc = publish_txn(w, txn, m, info, ur, nu, ir, ni, &s, &n_users, &n_items, errstr, errstr_size);
+		if (rc == 0)
+			rc = mdb_txn_commit(txn); /* the publish point */
+		else
+			mdb_txn_abort(txn);
+		if (rc == 0)
+			break;
+		if (rc != MDB_MAP_FULL) {
+			if (rc >= MFS_E_FIRST && rc <= MFS_E_LAST)
+				goto out; /* errstr already says why */
+			rc = lmdb_fail(w, rc, "publish", errstr, errstr_size);
+			goto out;
+		}
+		MDB_envinfo ei;
+		mdb_env_info(w->sw_env, &ei);
+		size_t grown = (size_t)ei.me_mapsize * 2;
+		if (grown > SNAP_MAP_MAX || attempt >= 40) {
+			rc = mfs_errf(errstr, errstr_size, MFS_ELMDB, "LMDB map full at %zu bytes on %s; not growing further",
+			              (size_t)ei.me_mapsize, w->sw_dir);
+			goto out;
+		}
+		if ((rc = mdb_env_set_mapsize(w->sw_env, grown))) {
+			rc = lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
+			goto out;
+		}
+		mfs_info("snap", "msg=\"map full, doubled\" map_size=%zu", grown);
+	}
+	if (seq)
+		*seq = s;
+	mfs_debug("snap", "msg=\"published\" seq=%llu users_written=%zu items_written=%zu n_users=%llu "
+	                  "n_items=%llu ms=%.3f",
+	          (unsigned long long)s, nu, ni, (unsigned long long)n_users, (unsigned long long)n_items,
+	          (mfs_now_s() - t0) * 1e3);
+	rc = 0;
+out:
+	free(ur);
+	free(ir);
+	return rc;
+}
