@@ -1,0 +1,256 @@
+/* engine.c - the engine registry and the public engine.h functions.
+ *
+ * Every public call checks its arguments and validates its ratings here, once, for all
+ * engines; then it dispatches through the vtable (struct mfs_engine_i). An implementation may
+ * therefore assume: rows in range (or MFS_ROW_NONE where a loss pass or a set allows it),
+ * ratings finite, pointers valid.
+ *
+ * DESIGN: a table indexed by enum mfs_engine_kind; a NULL entry is a kind this build lacks.
+ * AUTO walks the preference order (CUDA, then CPU) and logs which engine it chose and why.
+ * The registry holds no state of its own; an engine handle is used by one thread at a time
+ * (the ingest or train thread), which is also the thread that grows the model between calls.
+ * Validation reads the whole batch before anything is applied, so a bad batch leaves the
+ * model untouched.
+ */
+#include "gpu/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "config/config.h"
+#include "gpu/engine_int.h"
+#ifdef MFS_HAVE_CUDA
+#include "gpu/cuda/cuda_probe.h"
+#endif
+
+static const struct mfs_engine_i *const engines[] = {
+	[MFS_ENGINE_CPU] = &mfs_engine_cpu_i,
+#ifdef MFS_HAVE_CUDA
+	[MFS_ENGINE_CUDA] = &mfs_engine_cuda_i, /* gpu/cuda/engine_cuda.cu */
+#else
+	[MFS_ENGINE_CUDA] = NULL,
+#endif
+};
+
+static const struct mfs_engine_i *engine_of(int kind)
+{
+	if (kind <= MFS_ENGINE_AUTO || kind > MFS_ENGINE_CUDA)
+		return NULL;
+	return engines[kind];
+}
+
+/* Does a CUDA device answer? Writes its description or the reason it does not into why. */
+static int cuda_device_answers(int device, char *why, size_t why_size)
+{
+#ifdef MFS_HAVE_CUDA
+	return mfs_cuda_probe(device, why, why_size) > 0;
+#else
+	(void)device;
+	snprintf(why, why_size, "built without CUDA");
+	return 0;
+#endif
+}
+
+int mfs_engine_cuda_available(void)
+{
+	char why[256];
+	return engine_of(MFS_ENGINE_CUDA) != NULL && cuda_device_answers(0, why, sizeof why);
+}
+
+void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
+{
+	out->kind = c->engine_kind;
+	out->threads = (int)c->engine_threads;
+	out->deterministic = c->engine_deterministic;
+	out->device = (int)c->engine_device;
+	out->seed = (uint64_t)c->model_seed;
+}
+
+/* AUTO: CUDA if this build has the engine and the device answers, else CPU. */
+static int pick_auto(const mfs_engine_conf_t *conf)
+{
+	char why[256] = "";
+	int have_dev = cuda_device_answers(conf->device, why, sizeof why);
+	if (engine_of(MFS_ENGINE_CUDA) && have_dev) {
+		mfs_info("engine", "msg=\"engine chosen\" engine=cuda reason=\"auto: device %d answers: %s\"",
+		         conf->device, why);
+		return MFS_ENGINE_CUDA;
+	}
+	if (!engine_of(MFS_ENGINE_CUDA))
+		mfs_info("engine",
+		         "msg=\"engine chosen\" engine=cpu reason=\"auto: cuda engine not built yet\" "
+		         "cuda_device=\"%s\"",
+		         why);
+	else
+		mfs_info("engine", "msg=\"engine chosen\" engine=cpu reason=\"auto: no cuda device: %s\"", why);
+	return MFS_ENGINE_CPU;
+}
+
+int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t **out,
+                    char *errstr, size_t errstr_size)
+{
+	if (out)
+		*out = NULL;
+	if (!conf || !m || !out)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: NULL argument");
+	if (m->k < 1 || (m->n_users && !m->bu) || (m->n_items && !m->bi))
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: model not initialized (k=%d)", m->k);
+	if (conf->threads < 0)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: threads must be >= 0 (got %d)",
+		                conf->threads);
+	int kind = conf->kind;
+	if (kind < MFS_ENGINE_AUTO || kind > MFS_ENGINE_CUDA)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: unknown kind %d", kind);
+	if (kind == MFS_ENGINE_AUTO)
+		kind = pick_auto(conf);
+	else
+		mfs_info("engine", "msg=\"engine chosen\" engine=%s reason=\"configured (engine.kind)\"",
+		         kind == MFS_ENGINE_CUDA ? "cuda" : "cpu");
+	const struct mfs_engine_i *iface = engine_of(kind);
+	if (!iface)
+		return mfs_errf(errstr, errstr_size, MFS_ENODEV,
+		                "engine.kind=%s: the %s engine is not in this build",
+		                kind == MFS_ENGINE_CUDA ? "cuda" : "cpu", kind == MFS_ENGINE_CUDA ? "CUDA" : "CPU");
+	if (kind == MFS_ENGINE_CUDA) {
+		char why[256] = "";
+		if (!cuda_device_answers(conf->device, why, sizeof why))
+			return mfs_errf(errstr, errstr_size, MFS_ENODEV, "engine.kind=cuda: CUDA device %d not available: %s",
+			                conf->device, why);
+	}
+
+	mfs_engine_t *e = calloc(1, sizeof *e);
+	if (!e)
+		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: out of memory");
+	e->iface = iface;
+	e->conf = *conf;
+	e->conf.kind = kind;
+	e->model = m;
+	/* Defaults until the caller sets its own: the configuration table's sgd.* defaults and no
+	 * clipping (a loss pass before set_hparams still means something). */
+	e->hp.lr = 0.01f;
+	e->hp.lambda_p = e->hp.lambda_q = e->hp.lambda_bu = e->hp.lambda_bi = 0.05f;
+	e->hp.clip_min = -INFINITY;
+	e->hp.clip_max = INFINITY;
+	int rc = iface->open(e, errstr, errstr_size);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+void mfs_engine_close(mfs_engine_t *e)
+{
+	if (!e)
+		return;
+	e->iface->close(e);
+	free(e);
+}
+
+const char *mfs_engine_name(const mfs_engine_t *e) { return e ? e->iface->name : "none"; }
+
+int mfs_engine_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
+{
+	if (!e || !hp)
+		return MFS_EINVAL;
+	/* A rate of 0 would silently stop learning and a negative one ascends: both are bugs. */
+	if (!(isfinite(hp->lr) && hp->lr > 0) || !(isfinite(hp->lambda_p) && hp->lambda_p >= 0) ||
+	    !(isfinite(hp->lambda_q) && hp->lambda_q >= 0) || !(isfinite(hp->lambda_bu) && hp->lambda_bu >= 0) ||
+	    !(isfinite(hp->lambda_bi) && hp->lambda_bi >= 0) || isnan(hp->clip_min) || isnan(hp->clip_max) ||
+	    hp->clip_min > hp->clip_max)
+		return MFS_EINVAL;
+	return e->iface->set_hparams(e, hp);
+}
+
+int mfs_engine_grow(mfs_engine_t *e)
+{
+	if (!e)
+		return MFS_EINVAL;
+	return e->iface->grow ? e->iface->grow(e) : 0;
+}
+
+int mfs_engine_sync(mfs_engine_t *e)
+{
+	if (!e)
+		return MFS_EINVAL;
+	return e->iface->sync ? e->iface->sync(e) : 0;
+}
+
+/* Check every rating before any is applied. none_ok: MFS_ROW_NONE is allowed (loss, sets).
+ * The first bad rating decides the code (for one rating, a bad row before a bad value). */
+static int batch_check(const mfs_model_t *m, const mfs_batch_t *b, int none_ok)
+{
+	if (!b)
+		return MFS_EINVAL;
+	if (b->n == 0)
+		return 0;
+	if (!b->u || !b->i || !b->r)
+		return MFS_EINVAL;
+	const uint32_t nu = m->n_users, ni = m->n_items;
+	for (size_t j = 0; j < b->n; j++) {
+		uint32_t u = b->u[j], i = b->i[j];
+		if ((u >= nu && !(none_ok && u == MFS_ROW_NONE)) || (i >= ni && !(none_ok && i == MFS_ROW_NONE)))
+			return MFS_EINVAL;
+		if (!isfinite(b->r[j]))
+			return MFS_ENAN;
+	}
+	return 0;
+}
+
+int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b)
+{
+	if (!e)
+		return MFS_EINVAL;
+	int rc = batch_check(e->model, b, 0);
+	if (rc || b->n == 0)
+		return rc;
+	return e->iface->sgd(e, b);
+}
+
+int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
+{
+	if (!e || !out)
+		return MFS_EINVAL;
+	int rc = batch_check(e->model, b, 1);
+	if (rc)
+		return rc;
+	return e->iface->loss(e, b, out);
+}
+
+int mfs_engine_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
+{
+	if (out)
+		*out = NULL;
+	if (!e || !out)
+		return MFS_EINVAL;
+	int rc = batch_check(e->model, b, 1);
+	if (rc)
+		return rc;
+	return e->iface->set_load(e, b, out);
+}
+
+void mfs_engine_set_free(mfs_engine_t *e, mfs_set_t *s)
+{
+	if (e && s)
+		e->iface->set_free(e, s);
+}
+
+int mfs_engine_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
+{
+	if (!e || !s)
+		return MFS_EINVAL;
+	return e->iface->sgd_set(e, s, epoch);
+}
+
+int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
+{
+	if (!e || !s || !out)
+		return MFS_EINVAL;
+	return e->iface->loss_set(e, s, out);
+}
