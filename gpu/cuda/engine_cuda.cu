@@ -1,0 +1,477 @@
+/* engine_cuda.cu - the CUDA engine: device-resident factors, warp-per-rating Hogwild! SGD,
+ * a deterministic full-pass loss. Implements gpu/engine_int.h like the CPU engine.
+ *
+ * DESIGN: the host model (model_store) stays the source of truth for ids and new rows; the
+ * device holds P, Q, bu, bi with their own capacities. grow() uploads rows the host added
+ * since the last call (their initial values come from model_store, so CPU and GPU start from
+ * the same numbers); sync() copies every row back. Hyperparameters live in device memory and
+ * every launch reads them there, so a running kernel can be retuned without a relaunch.
+ * Calls are synchronous on one stream: each returns with the work done and errors checked.
+ *
+ * This is the plain baseline kernel (one warp per rating, lanes own k/32 strided elements,
+ * shuffle-reduced dot product); the skew-robust and fp16 variants build on it.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda/cuda_try.h"
+#include "gpu/engine_int.h"
+
+#define LOSS_CHUNK 4096 /* ratings per loss block: fixed, so the reduction order is fixed */
+#define WARPS_PER_BLOCK 8
+
+struct dev_set {
+	uint32_t *u, *i;
+	float *r;
+	size_t n;
+};
+
+struct cuda_impl {
+	int dev;
+	int sms;
+	cudaStream_t stream;
+	float *P, *Q, *bu, *bi;
+	uint32_t cap_u, cap_i, n_u, n_i; /* device capacity and rows uploaded */
+	mfs_hparams_t *d_hp;
+	unsigned long long *d_skipped;
+	struct dev_set batch; /* staging for mfs_engine_sgd/loss batches */
+	size_t batch_cap;
+	double *d_part; /* loss partial sums: 2 per block */
+	size_t part_cap;
+};
+
+/* ---- kernels ------------------------------------------------------------------------- */
+
+/* sgd_kernel: for each rating (u, i, r), one warp computes
+ *   e = r - (mu + bu[u] + bi[i] + p.q);  p += lr(e q - lp p);  q += lr(e p - lq q)
+ *   bu += lr(e - lbu bu);  bi += lr(e - lbi bi)
+ * Launch: grid-stride over ratings, 32 lanes per rating, lane l owns elements l + 32 j.
+ * Bytes per update: 12 (rating) + 2 * 4k read + 2 * 4k written + 16 (biases) = 16k + 28. */
+template <int V>
+__global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
+                           const float *__restrict__ rs, size_t n, float *P, float *Q, float *bu, float *bi,
+                           float mu, const mfs_hparams_t *hp, unsigned long long *skipped)
+{
+	const int k = V * 32;
+	const int lane = threadIdx.x & 31;
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t nwarps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	/* The reference's forms (gpu/cpu/sgd_ref.c), rounded the same way: __fmul_rn/__fsub_rn
+	 * stop nvcc from contracting 1 - lr*lambda into an FMA the CPU does not do. */
+	const float lr = hp->lr;
+	const float dp = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_p));
+	const float dq = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_q));
+	const float dbu = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_bu));
+	const float dbi = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_bi));
+	for (size_t x = warp; x < n; x += nwarps) {
+		const uint32_t u = __ldg(us + x), i = __ldg(is + x);
+		const float r = __ldg(rs + x);
+		float *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
+		float pv[V], qv[V];
+		/* lane l accumulates elements l, l+32, ... then the butterfly 16, 8, 4, 2, 1: the one
+		 * summation order of mfs_dot_lanes (cpu_ref.h), so both engines agree bit for bit */
+		float dot = 0.f;
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			pv[j] = p[lane + 32 * j];
+			qv[j] = q[lane + 32 * j];
+			dot = fmaf(pv[j], qv[j], dot);
+		}
+#pragma unroll
+		for (int o = 16; o; o >>= 1)
+			dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
+		const float b_u = bu[u], b_i = bi[i];
+		const float e = __fsub_rn(r, __fadd_rn(__fadd_rn(__fadd_rn(mu, b_u), b_i), dot));
+		if (!isfinite(e)) { /* never let NaN/inf reach the factors */
+			if (lane == 0)
+				atomicAdd(skipped, 1ull);
+			continue;
+		}
+		const float g = __fmul_rn(lr, e);
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			p[lane + 32 * j] = fmaf(g, qv[j], __fmul_rn(dp, pv[j]));
+			q[lane + 32 * j] = fmaf(g, pv[j], __fmul_rn(dq, qv[j]));
+		}
+		/* every lane holds the same e; lane 0 writes the biases after all lanes read them */
+		__syncwarp();
+		if (lane == 0) {
+			bu[u] = fmaf(dbu, b_u, g);
+			bi[i] = fmaf(dbi, b_i, g);
+		}
+		__syncwarp();
+	}
+}
+
+/* loss_kernel: block b scores ratings [b*CHUNK, (b+1)*CHUNK); each warp accumulates squared
+ * and absolute errors of clipped predictions in double, then the block adds its warps in
+ * warp order: part[2b] = sse, part[2b+1] = sae. The host adds blocks in order. Fixed chunking
+ * makes the result bit-reproducible for a given set. Rows MFS_ROW_NONE contribute nothing. */
+template <int V>
+__global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
+                            const float *__restrict__ rs, size_t n, const float *__restrict__ P,
+                            const float *__restrict__ Q, const float *__restrict__ bu,
+                            const float *__restrict__ bi, float mu, const mfs_hparams_t *hp, double *part)
+{
+	const int k = V * 32;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	__shared__ double s_sse[WARPS_PER_BLOCK], s_sae[WARPS_PER_BLOCK];
+	const size_t begin = (size_t)blockIdx.x * LOSS_CHUNK;
+	const size_t end = begin + LOSS_CHUNK < n ? begin + LOSS_CHUNK : n;
+	const float lo = hp->clip_min, hi = hp->clip_max;
+	double sse = 0, sae = 0;
+	for (size_t x = begin + w; x < end; x += WARPS_PER_BLOCK) {
+		const uint32_t u = us[x], i = is[x];
+		/* the reference's predict (loss_ref.c): the same additions in the same order */
+		float pred = mu;
+		if (u != MFS_ROW_NONE)
+			pred = __fadd_rn(pred, bu[u]);
+		if (i != MFS_ROW_NONE)
+			pred = __fadd_rn(pred, bi[i]);
+		if (u != MFS_ROW_NONE && i != MFS_ROW_NONE) {
+			float dot = 0.f;
+#pragma unroll
+			for (int j = 0; j < V; j++)
+				dot = fmaf(P[(size_t)u * k + lane + 32 * j], Q[(size_t)i * k + lane + 32 * j], dot);
+#pragma unroll
+			for (int o = 16; o; o >>= 1)
+				dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
+			pred = __fadd_rn(pred, dot);
+		}
+		/* compares, not fminf/fmaxf: a NaN prediction must stay NaN and show in the loss */
+		if (pred < lo)
+			pred = lo;
+		if (pred > hi)
+			pred = hi;
+		const double e = (double)rs[x] - (double)pred;
+		sse += e * e;
+		sae += fabs(e);
+	}
+	if (lane == 0) {
+		s_sse[w] = sse;
+		s_sae[w] = sae;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double a = 0, b = 0;
+		for (int j = 0; j < WARPS_PER_BLOCK; j++) {
+			a += s_sse[j];
+			b += s_sae[j];
+		}
+		part[2 * blockIdx.x] = a;
+		part[2 * blockIdx.x + 1] = b;
+	}
+}
+
+/* ---- host side ----------------------------------------------------------------------- */
+
+static struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
+
+/* grow one device table to `need` rows (copy under the synchronous stream) */
+static int dev_grow(struct cuda_impl *c, float **F, float **b, uint32_t *cap, uint32_t need, int k)
+{
+	if (need <= *cap)
+		return 0;
+	uint64_t nc = *cap ? *cap : 1024;
+	while (nc < need)
+		nc *= 2;
+	float *nf = NULL, *nb = NULL;
+	MFS_CUDA_TRY(cudaMalloc(&nf, nc * (size_t)k * sizeof(float)));
+	if (cudaMalloc(&nb, nc * sizeof(float)) != cudaSuccess) {
+		cudaFree(nf);
+		MFS_CUDA_TRY(cudaGetLastError());
+		return MFS_EGPU;
+	}
+	if (*cap) {
+		MFS_CUDA_TRY(cudaMemcpyAsync(nf, *F, (size_t)*cap * k * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(nb, *b, (size_t)*cap * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	}
+	cudaFree(*F);
+	cudaFree(*b);
+	*F = nf;
+	*b = nb;
+	*cap = (uint32_t)nc;
+	return 0;
+}
+
+static int cuda_grow(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	mfs_model_t *m = e->model;
+	const int k = m->k;
+	int rc;
+	if ((rc = dev_grow(c, &c->P, &c->bu, &c->cap_u, m->n_users, k)) ||
+	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)))
+		return rc;
+	/* upload rows the host added (initialized by model_store) */
+	if (m->n_users > c->n_u) {
+		size_t a = c->n_u, n = m->n_users - c->n_u;
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->P + a * k, m->P + a * k, n * k * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		c->n_u = m->n_users;
+	}
+	if (m->n_items > c->n_i) {
+		size_t a = c->n_i, n = m->n_items - c->n_i;
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->Q + a * k, m->Q + a * k, n * k * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		c->n_i = m->n_items;
+	}
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	return 0;
+}
+
+static void cuda_close(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (!c)
+		return;
+	cudaFree(c->P);
+	cudaFree(c->Q);
+	cudaFree(c->bu);
+	cudaFree(c->bi);
+	cudaFree(c->d_hp);
+	cudaFree(c->d_skipped);
+	cudaFree(c->batch.u);
+	cudaFree(c->batch.i);
+	cudaFree(c->batch.r);
+	cudaFree(c->d_part);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c);
+	e->impl = NULL;
+}
+
+static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
+{
+	const int k = e->model->k;
+	if (k % 32 || k < 32 || k > 256)
+		return mfs_errf(errstr, es, MFS_EINVAL, "the CUDA engine needs model.k to be a multiple of 32 in 32..256 (got %d)", k);
+	struct cuda_impl *c = (struct cuda_impl *)calloc(1, sizeof *c);
+	if (!c)
+		return ENOMEM;
+	e->impl = c;
+	c->dev = e->conf.device;
+	cudaError_t err = cudaSetDevice(c->dev);
+	if (err == cudaSuccess)
+		err = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->dev);
+	if (err == cudaSuccess)
+		err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+	if (err == cudaSuccess)
+		err = cudaMalloc(&c->d_hp, sizeof(mfs_hparams_t));
+	if (err == cudaSuccess)
+		err = cudaMalloc(&c->d_skipped, sizeof(unsigned long long));
+	if (err == cudaSuccess)
+		err = cudaMemset(c->d_skipped, 0, sizeof(unsigned long long));
+	if (err != cudaSuccess) {
+		mfs_errf(errstr, es, MFS_EGPU, "CUDA device %d: %s", c->dev, cudaGetErrorString(err));
+		cuda_close(e);
+		return MFS_EGPU;
+	}
+	int rc = cuda_grow(e);
+	if (rc) {
+		mfs_errf(errstr, es, rc, "CUDA device %d: cannot allocate the model", c->dev);
+		cuda_close(e);
+	}
+	return rc;
+}
+
+static int cuda_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
+{
+	struct cuda_impl *c = impl_of(e);
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->d_hp, hp, sizeof *hp, cudaMemcpyHostToDevice, c->stream));
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	return 0;
+}
+
+static int launch_sgd(mfs_engine_t *e, const struct dev_set *s)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (!s->n)
+		return 0;
+	int blocks, threads;
+	if (e->conf.deterministic) {
+		blocks = 1; /* one warp walks the ratings in order */
+		threads = 32;
+	} else {
+		threads = 32 * WARPS_PER_BLOCK;
+		size_t need = (s->n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+		size_t full = (size_t)c->sms * 8;
+		blocks = (int)(need < full ? need : full);
+	}
+	const float mu = (float)e->model->mu;
+#define SGD_CASE(V)                                                                                              \
+	case V:                                                                                                      \
+		sgd_kernel<V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, c->P, c->Q, c->bu, c->bi, mu,  \
+		                                                 c->d_hp, c->d_skipped);                               \
+		break;
+	switch (e->model->k / 32) {
+		SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
+	default: return MFS_EINVAL;
+	}
+#undef SGD_CASE
+	MFS_CUDA_LAUNCHED();
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	e->model->events_applied += s->n;
+	return 0;
+}
+
+static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
+{
+	struct cuda_impl *c = impl_of(e);
+	memset(out, 0, sizeof *out);
+	if (!s->n)
+		return 0;
+	size_t blocks = (s->n + LOSS_CHUNK - 1) / LOSS_CHUNK;
+	if (blocks > c->part_cap) {
+		cudaFree(c->d_part);
+		c->d_part = NULL;
+		c->part_cap = 0;
+		MFS_CUDA_TRY(cudaMalloc(&c->d_part, blocks * 2 * sizeof(double)));
+		c->part_cap = blocks;
+	}
+	const float mu = (float)e->model->mu;
+#define LOSS_CASE(V)                                                                                             \
+	case V:                                                                                                      \
+		loss_kernel<V><<<(unsigned)blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(s->u, s->i, s->r, s->n, c->P,  \
+		                                                                        c->Q, c->bu, c->bi, mu,         \
+		                                                                        c->d_hp, c->d_part);            \
+		break;
+	switch (e->model->k / 32) {
+		LOSS_CASE(1) LOSS_CASE(2) LOSS_CASE(3) LOSS_CASE(4) LOSS_CASE(5) LOSS_CASE(6) LOSS_CASE(7) LOSS_CASE(8)
+	default: return MFS_EINVAL;
+	}
+#undef LOSS_CASE
+	MFS_CUDA_LAUNCHED();
+	double *h = (double *)malloc(blocks * 2 * sizeof(double));
+	if (!h)
+		return ENOMEM;
+	cudaError_t err = cudaMemcpyAsync(h, c->d_part, blocks * 2 * sizeof(double), cudaMemcpyDeviceToHost, c->stream);
+	if (err == cudaSuccess)
+		err = cudaStreamSynchronize(c->stream);
+	if (err != cudaSuccess) {
+		free(h);
+		MFS_CUDA_TRY(err);
+	}
+	for (size_t b = 0; b < blocks; b++) {
+		out->sse += h[2 * b];
+		out->sae += h[2 * b + 1];
+	}
+	free(h);
+	out->n = s->n;
+	out->rmse = sqrt(out->sse / (double)s->n);
+	out->mae = out->sae / (double)s->n;
+	return 0;
+}
+
+static int upload(struct cuda_impl *c, struct dev_set *d, const mfs_batch_t *b)
+{
+	MFS_CUDA_TRY(cudaMemcpyAsync(d->u, b->u, b->n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(d->i, b->i, b->n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(d->r, b->r, b->n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	d->n = b->n;
+	return 0;
+}
+
+static int alloc_set(struct dev_set *d, size_t n)
+{
+	if (n == 0)
+		n = 1;
+	MFS_CUDA_TRY(cudaMalloc(&d->u, n * sizeof(uint32_t)));
+	MFS_CUDA_TRY(cudaMalloc(&d->i, n * sizeof(uint32_t)));
+	MFS_CUDA_TRY(cudaMalloc(&d->r, n * sizeof(float)));
+	return 0;
+}
+
+static void free_set(struct dev_set *d)
+{
+	cudaFree(d->u);
+	cudaFree(d->i);
+	cudaFree(d->r);
+	memset(d, 0, sizeof *d);
+}
+
+static int stage_batch(mfs_engine_t *e, const mfs_batch_t *b)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (b->n > c->batch_cap) {
+		free_set(&c->batch);
+		c->batch_cap = 0;
+		int rc = alloc_set(&c->batch, b->n);
+		if (rc)
+			return rc;
+		c->batch_cap = b->n;
+	}
+	return upload(c, &c->batch, b);
+}
+
+static int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
+{
+	int rc = stage_batch(e, b);
+	return rc ? rc : launch_sgd(e, &impl_of(e)->batch);
+}
+
+static int cuda_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
+{
+	int rc = stage_batch(e, b);
+	return rc ? rc : launch_loss(e, &impl_of(e)->batch, out);
+}
+
+static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
+{
+	struct dev_set *d = (struct dev_set *)calloc(1, sizeof *d);
+	if (!d)
+		return ENOMEM;
+	int rc = alloc_set(d, b->n);
+	if (!rc)
+		rc = upload(impl_of(e), d, b);
+	if (rc) {
+		free_set(d);
+		free(d);
+		return rc;
+	}
+	*out = (mfs_set_t *)d;
+	return 0;
+}
+
+static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
+{
+	(void)e;
+	struct dev_set *d = (struct dev_set *)s;
+	if (!d)
+		return;
+	free_set(d);
+	free(d);
+}
+
+static int cuda_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
+{
+	(void)epoch; /* the order is the set's (shuffled once when loaded by the caller) */
+	return launch_sgd(e, (struct dev_set *)s);
+}
+
+static int cuda_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
+{
+	return launch_loss(e, (struct dev_set *)s, out);
+}
+
+static int cuda_sync(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	mfs_model_t *m = e->model;
+	const size_t k = (size_t)m->k;
+	MFS_CUDA_TRY(cudaMemcpyAsync(m->P, c->P, (size_t)c->n_u * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(m->Q, c->Q, (size_t)c->n_i * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(m->bi, c->bi, (size_t)c->n_i * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	return 0;
+}
+
+extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
+	"cuda",        cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
+	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,
+};

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# End to end through the binary: gen -> train -> inspect / query / predict, plus the error
+# exits a user will meet (missing input, bad key, unavailable engine).
+set -euo pipefail
+bin=${MFS_BIN:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$bin" gen --gen.ratings 60000 --gen.users 600 --gen.items 300 --gen.rank 4 --gen.noise 0.3 \
+	--gen.seed 3 --output "$tmp/r.tsv" 2>/dev/null
+[ "$(wc -l <"$tmp/r.tsv")" -eq 60000 ] || fail "gen wrote $(wc -l <"$tmp/r.tsv") lines"
+
+out=$("$bin" train --input "$tmp/r.tsv" --snapshot "$tmp/snap" --k 16 --epochs 15 --engine cpu \
+	--threads 1 --deterministic --train.patience 0 2>"$tmp/err") || { cat "$tmp/err"; fail "train failed"; }
+echo "$out"
+echo "$out" | grep -q "published snapshot seq=1" || fail "no snapshot published"
+rmse=$(echo "$out" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
+# noise sigma = 0.3: a planted rank-4 model must be learned to near the noise floor
+awk -v r="$rmse" 'BEGIN { exit !(r > 0.2 && r < 0.36) }' || fail "test RMSE $rmse not near sigma 0.3"
+
+# deterministic mode is reproducible bit for bit: a second run gives the same table
+out2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 15 --engine cpu --deterministic \
+	--train.patience 0 2>/dev/null)
+[ "$(echo "$out" | grep -E '^ +[0-9]+ ' | awk '{print $4, $5}')" = \
+  "$(echo "$out2" | grep -E '^ +[0-9]+ ' | awk '{print $4, $5}')" ] || fail "deterministic runs differ"
+
+"$bin" inspect --snapshot "$tmp/snap" | tee "$tmp/meta"
+grep -Eq '^k = 16$' "$tmp/meta" || fail "inspect: k"
+grep -Eq '^seq = 1$' "$tmp/meta" || fail "inspect: seq"
+grep -Eq '^n_users = 600$' "$tmp/meta" || fail "inspect: n_users"
+
+top=$("$bin" query --snapshot "$tmp/snap" --user 1 --top 5)
+[ "$(echo "$top" | grep -c .)" -eq 5 ] || fail "query --top 5 gave: $top"
+p=$("$bin" query --snapshot "$tmp/snap" --user 1 --item 1)
+awk -v p="$p" 'BEGIN { exit !(p >= 0.5 && p <= 5) }' || fail "prediction $p outside the rating range"
+
+printf '1 1\n2 3\n999999 1\n1 999999\n' >"$tmp/pairs"
+"$bin" predict --snapshot "$tmp/snap" --pairs "$tmp/pairs" >"$tmp/pred" 2>"$tmp/perr"
+[ "$(wc -l <"$tmp/pred")" -eq 4 ] || fail "predict: $(cat "$tmp/pred")"
+[ "$(sed -n 1p "$tmp/pred")" = "$p" ] || fail "predict and query disagree: $(sed -n 1p "$tmp/pred") vs $p"
+
+# errors: clear message, usage exit 2 or runtime exit 1, never a crash
+set +e
+"$bin" train --snapshot "$tmp/s2" 2>"$tmp/e1"; rc=$?
+[ $rc -eq 2 ] && grep -q "input" "$tmp/e1" || fail "missing --input: rc=$rc $(cat "$tmp/e1")"
+"$bin" train --input "$tmp/r.tsv" --model.k 0 2>"$tmp/e2"; rc=$?
+[ $rc -eq 2 ] && grep -q "1..1024" "$tmp/e2" || fail "bad k: rc=$rc $(cat "$tmp/e2")"
+"$bin" train --input "$tmp/nope.tsv" 2>"$tmp/e3"; rc=$?
+[ $rc -eq 1 ] && grep -q "nope.tsv" "$tmp/e3" || fail "missing file: rc=$rc $(cat "$tmp/e3")"
+if ! "$bin" train --input "$tmp/r.tsv" --epochs 1 --engine cuda >/dev/null 2>"$tmp/e4"; then
+	grep -qi "cuda" "$tmp/e4" || fail "engine cuda error does not say why: $(cat "$tmp/e4")"
+fi
+"$bin" query --snapshot "$tmp/empty" --user 1 2>"$tmp/e5"; rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "query on a missing snapshot: rc=$rc"
+set -e
+echo "1 passed, 0 failed"
