@@ -72,11 +72,16 @@ void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
 }
 
 /* AUTO: CUDA if this build has the engine and the device answers, else CPU. */
-static int pick_auto(const mfs_engine_conf_t *conf)
+static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 {
 	char why[256] = "";
 	int have_dev = cuda_device_answers(conf->device, why, sizeof why);
-	if (engine_of(MFS_ENGINE_CUDA) && have_dev) {
+	const struct mfs_engine_i *cu = engine_of(MFS_ENGINE_CUDA);
+	if (cu && have_dev && cu->can_implement && !cu->can_implement(m, why, sizeof why)) {
+		mfs_info("engine", "msg=\"engine chosen\" engine=cpu reason=\"auto: %s\"", why);
+		return MFS_ENGINE_CPU;
+	}
+	if (cu && have_dev) {
 		mfs_info("engine", "msg=\"engine chosen\" engine=cuda reason=\"auto: device %d answers: %s\"",
 		         conf->device, why);
 		return MFS_ENGINE_CUDA;
@@ -107,7 +112,7 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	if (kind < MFS_ENGINE_AUTO || kind > MFS_ENGINE_CUDA)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: unknown kind %d", kind);
 	if (kind == MFS_ENGINE_AUTO)
-		kind = pick_auto(conf);
+		kind = pick_auto(conf, m);
 	else
 		mfs_info("engine", "msg=\"engine chosen\" engine=%s reason=\"configured (engine.kind)\"",
 		         kind == MFS_ENGINE_CUDA ? "cuda" : "cpu");

@@ -6,6 +6,9 @@
 
 struct mfs_engine_i {
 	const char *name;
+	/* (optional) 1 if this engine can run model m; else 0 and why. AUTO skips an engine that
+	 * cannot (e.g. CUDA with k not a multiple of 32). */
+	int (*can_implement)(const mfs_model_t *m, char *why, size_t why_size);
 	int (*open)(mfs_engine_t *e, char *errstr, size_t errstr_size);
 	void (*close)(mfs_engine_t *e);
 	int (*set_hparams)(mfs_engine_t *e, const mfs_hparams_t *hp);

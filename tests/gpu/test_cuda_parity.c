@@ -259,7 +259,8 @@ static void test_hogwild_statistical(void)
 		mfs_model_free(m);
 	}
 	TEST_ASSERT_MSG(fabs(rmse[1] - rmse[0]) <= 0.01 * rmse[0], "cuda %.4f vs cpu %.4f", rmse[1], rmse[0]);
-	TEST_ASSERT_MSG(rmse[0] < 0.6, "the CPU reference itself did not learn: %.4f", rmse[0]);
+	/* planted signal sd 0.64, noise 0.5: predicting mu alone would score about 0.9 */
+	TEST_ASSERT_MSG(rmse[0] < 0.75, "the CPU reference itself did not learn: %.4f", rmse[0]);
 	free_batch(&tr);
 	free_batch(&te);
 	free(pu);

@@ -655,14 +655,20 @@ static void test_registry(void)
 
 	mfs_model_t *m = mk_model(8, 2, 2, 1);
 	mfs_engine_t *e = NULL;
-	/* AUTO picks CUDA exactly when a CUDA engine is built in and a device answers; otherwise
-	 * the CPU, and engine.kind=cuda is refused with MFS_ENODEV. This build has no CUDA engine
-	 * (engine.c's table), so here: AUTO -> cpu, CUDA -> MFS_ENODEV. */
+	/* AUTO picks CUDA exactly when a CUDA engine is built in, a device answers and the engine
+	 * can run the model (k a multiple of 32); otherwise the CPU, and engine.kind=cuda without
+	 * a device is refused with MFS_ENODEV. */
 	const int cuda = mfs_engine_cuda_available();
 	mfs_engine_conf_t a = {MFS_ENGINE_AUTO, 1, 0, 0, 1};
 	TEST_OK(mfs_engine_open(&a, m, &e, err, sizeof err));
+	TEST_STR_EQ(mfs_engine_name(e), "cpu"); /* k = 8: no CUDA kernel for it */
+	mfs_engine_close(e);
+	e = NULL;
+	mfs_model_t *m32 = mk_model(32, 2, 2, 1);
+	TEST_OK(mfs_engine_open(&a, m32, &e, err, sizeof err));
 	TEST_STR_EQ(mfs_engine_name(e), cuda ? "cuda" : "cpu");
 	mfs_engine_close(e);
+	mfs_model_free(m32);
 	e = NULL;
 	if (!cuda) {
 		mfs_engine_conf_t cu = {MFS_ENGINE_CUDA, 1, 0, 0, 1};
