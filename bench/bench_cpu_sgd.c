@@ -2,7 +2,8 @@
  *
  *   bench_cpu_sgd [--users 143000] [--items 48000] [--ratings 18000000] [--test 1800000]
  *                 [--rank 8] [--noise 0.5] [--k 128] [--threads 2] [--epochs 20]
- *                 [--lr 0.08] [--lambda 0.04] [--schedule fixed|decay|bold] [--beta 0.1]
+ *                 [--lr X] [--lambda L] [--schedule fixed|decay|bold] [--beta B]
+ *                 (hyperparameter defaults: the configuration table's, as `mfstream train` uses)
  *                 [--deterministic] [--mode set|batch] [--batch 1000000] [--zipf 0]
  *                 [--train-loss 1] [--seed 7] [--csv FILE]
  *
@@ -223,6 +224,16 @@ int main(int argc, char **argv)
 {
 	struct opts o = {143000, 48000, 18000000, 1800000, 8, 128, 2, 20, 1000000, 1, 0,
 	                 0.5, 0.08, 0.04, 0.1, 0, "decay", "set", NULL, 7};
+	/* the shipped defaults, so the benchmark measures what users run */
+	mfs_conf_t defaults;
+	if (mfs_conf_init(&defaults))
+		return 1;
+	o.lr = defaults.sgd_lr;
+	o.lambda = defaults.sgd_lambda_p;
+	o.beta = defaults.lr_beta;
+	o.schedule = defaults.lr_schedule == 0 ? "fixed" : defaults.lr_schedule == 1 ? "decay" : "bold";
+	const float lam_b = (float)defaults.sgd_lambda_bu;
+	mfs_conf_free(&defaults);
 	parse(argc, argv, &o);
 	mfs_log_set_level(MFS_LOG_WARN);
 
@@ -279,7 +290,7 @@ int main(int argc, char **argv)
 	mfs_lr_init(&lrc, &conf);
 	mfs_conf_free(&conf);
 	float lam = (float)o.lambda;
-	mfs_hparams_t hp = {(float)lrc.lr, lam, lam, lam, lam, 1.0f, 5.0f};
+	mfs_hparams_t hp = {(float)lrc.lr, lam, lam, lam_b, lam_b, 1.0f, 5.0f};
 	mfs_engine_set_hparams(e, &hp);
 
 	mfs_set_t *set = NULL;

@@ -137,8 +137,18 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	e->model = m;
 	/* Defaults until the caller sets its own: the configuration table's sgd.* defaults and no
 	 * clipping (a loss pass before set_hparams still means something). */
-	e->hp.lr = 0.01f;
-	e->hp.lambda_p = e->hp.lambda_q = e->hp.lambda_bu = e->hp.lambda_bi = 0.05f;
+	mfs_conf_t defaults;
+	if (mfs_conf_init(&defaults) == 0) {
+		e->hp.lr = (float)defaults.sgd_lr;
+		e->hp.lambda_p = (float)defaults.sgd_lambda_p;
+		e->hp.lambda_q = (float)defaults.sgd_lambda_q;
+		e->hp.lambda_bu = (float)defaults.sgd_lambda_bu;
+		e->hp.lambda_bi = (float)defaults.sgd_lambda_bi;
+		mfs_conf_free(&defaults);
+	} else {
+		free(e);
+		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: out of memory");
+	}
 	e->hp.clip_min = -INFINITY;
 	e->hp.clip_max = INFINITY;
 	int rc = iface->open(e, errstr, errstr_size);
