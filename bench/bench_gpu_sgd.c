@@ -8,8 +8,8 @@
  * order. 1 % is held out. Generated in memory with one thread per core (seeded per chunk).
  * Prints one table row per run (median epoch updates/s, bytes per update, achieved GB/s next
  * to the device-to-device copy bandwidth measured in the same process, final test RMSE) and
- * appends it to the CSV. Bytes per update at fp32: rating 12 + p and q read 8k + written 8k +
- * biases read and written 16 = 16k + 28.
+ * appends it to the CSV. Bytes per update: rating 12 + p and q read and written (4 k x element
+ * size) + biases read and written 16 = 16k + 28 in fp32, 8k + 28 in fp16 (--dtype).
  */
 #include <math.h>
 #include <pthread.h>
@@ -29,7 +29,7 @@
 struct opts {
 	long users, items, ratings, k, epochs, threads;
 	double zipf, copy_gb;
-	const char *engine, *label, *csv;
+	const char *engine, *label, *csv, *dtype;
 };
 
 struct gen {
@@ -107,7 +107,7 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {1000000, 1000000, 100000000, 128, 5, 0, 0, 4, "cuda", "run", NULL};
+	struct opts o = {1000000, 1000000, 100000000, 128, 5, 0, 0, 4, "cuda", "run", NULL, "fp32"};
 	for (int a = 1; a + 1 < argc; a += 2) {
 		const char *f = argv[a], *v = argv[a + 1];
 		if (!strcmp(f, "--users")) o.users = atol(v);
@@ -121,6 +121,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(f, "--label")) o.label = v;
 		else if (!strcmp(f, "--csv")) o.csv = v;
 		else if (!strcmp(f, "--copy-gb")) o.copy_gb = atof(v);
+		else if (!strcmp(f, "--dtype")) o.dtype = v;
 		else {
 			fprintf(stderr, "bench_gpu_sgd: unknown flag %s\n", f);
 			return 2;
@@ -215,7 +216,9 @@ int main(int argc, char **argv)
 		sum += R[x];
 	mfs_model_observe(m, sum, ntrain);
 
-	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o.threads, 0, 0, 42};
+	const int fp16 = !strcmp(o.dtype, "fp16");
+	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o.threads, 0, 0, 42,
+	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
 	mfs_engine_t *e;
 	char err[256];
 	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {
@@ -241,18 +244,18 @@ int main(int argc, char **argv)
 	mfs_engine_loss_set(e, ste, &l);
 	qsort(ups, (size_t)o.epochs, sizeof *ups, cmp_double);
 	double med = ups[o.epochs / 2];
-	double bpu = 16.0 * (double)o.k + 28;
+	double bpu = (fp16 ? 8.0 : 16.0) * (double)o.k + 28;
 	double gbs = med * bpu / 1e9;
 	printf("%-28s %9s %6.2f %4ld %5s %12.3f %8.0f %9.1f %9.1f %6.1f%% %9.4f %6.1f %6.1f\n", o.label, o.engine,
-	       o.zipf, o.k, "fp32", med / 1e9, bpu, gbs, copy_gbps, 100 * gbs / copy_gbps, l.rmse, t_gen, t_load);
+	       o.zipf, o.k, o.dtype, med / 1e9, bpu, gbs, copy_gbps, 100 * gbs / copy_gbps, l.rmse, t_gen, t_load);
 	if (o.csv) {
 		FILE *f = fopen(o.csv, "a");
 		if (f) {
 			if (ftell(f) == 0)
 				fprintf(f, "label,engine,users,items,ratings,zipf,k,dtype,epochs,updates_per_s,bytes_per_update,"
 				           "achieved_gbps,copy_gbps,test_rmse\n");
-			fprintf(f, "%s,%s,%ld,%ld,%ld,%.2f,%ld,fp32,%ld,%.0f,%.0f,%.1f,%.1f,%.5f\n", o.label, o.engine, o.users,
-			        o.items, o.ratings, o.zipf, o.k, o.epochs, med, bpu, gbs, copy_gbps, l.rmse);
+			fprintf(f, "%s,%s,%ld,%ld,%ld,%.2f,%ld,%s,%ld,%.0f,%.0f,%.1f,%.1f,%.5f\n", o.label, o.engine, o.users,
+			        o.items, o.ratings, o.zipf, o.k, o.dtype, o.epochs, med, bpu, gbs, copy_gbps, l.rmse);
 			fclose(f);
 		}
 	}

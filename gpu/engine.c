@@ -69,6 +69,7 @@ void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
 	out->deterministic = c->engine_deterministic;
 	out->device = (int)c->engine_device;
 	out->seed = (uint64_t)c->model_seed;
+	out->dtype = c->model_dtype;
 }
 
 /* AUTO: CUDA if this build has the engine and the device answers, else CPU. */

@@ -25,6 +25,7 @@
 struct mfs_conf;
 
 enum mfs_engine_kind { MFS_ENGINE_AUTO = 0, MFS_ENGINE_CPU = 1, MFS_ENGINE_CUDA = 2 };
+enum mfs_dtype { MFS_DTYPE_FP32 = 0, MFS_DTYPE_FP16 = 1 };
 
 typedef struct mfs_engine mfs_engine_t;
 typedef struct mfs_set mfs_set_t;
@@ -61,6 +62,8 @@ typedef struct mfs_engine_conf {
 	int deterministic; /* 1: one thread, ratings applied in order: bit-reproducible */
 	int device;        /* CUDA device ordinal */
 	uint64_t seed;     /* shuffling seed for set epochs */
+	int dtype;         /* factor storage on the device: MFS_DTYPE_FP32 or MFS_DTYPE_FP16 (the CPU
+	                      engine and the host model are always fp32; arithmetic is fp32) */
 } mfs_engine_conf_t;
 
 /** Fill an engine conf from the configuration table (engine.*, model.seed). */

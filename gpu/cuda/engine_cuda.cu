@@ -8,9 +8,11 @@
  * every launch reads them there, so a running kernel can be retuned without a relaunch.
  * Calls are synchronous on one stream: each returns with the work done and errors checked.
  *
- * This is the plain baseline kernel (one warp per rating, lanes own k/32 strided elements,
- * shuffle-reduced dot product); the skew-robust and fp16 variants build on it.
+ * Factor storage is fp32 or fp16 (model.dtype); arithmetic is always fp32, biases fp32. The
+ * kernels are templated on the storage type T through `stor<T>` (load, store, atomic add), so
+ * the fp16 path is the same code with half the bytes per update.
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +36,10 @@ struct cuda_impl {
 	int dev;
 	int sms;
 	cudaStream_t stream;
-	float *P, *Q, *bu, *bi;
+	void *P, *Q;   /* factors: float or __half (es bytes per element) */
+	size_t es;
+	int fp16;
+	float *bu, *bi;
 	uint32_t cap_u, cap_i, n_u, n_i; /* device capacity and rows uploaded */
 	mfs_hparams_t *d_hp;
 	unsigned long long *d_skipped;
@@ -45,16 +50,32 @@ struct cuda_impl {
 	size_t rows_per_warp; /* optional Hogwild concurrency cap, 0 = none (see launch_sgd) */
 };
 
+/* ---- storage traits: how a kernel reads, writes and atomically adds one factor ---------- */
+template <typename T> struct stor;
+template <> struct stor<float> {
+	static __device__ __forceinline__ float ld(const float *p) { return *p; }
+	static __device__ __forceinline__ float ldcg(const float *p) { return __ldcg(p); }
+	static __device__ __forceinline__ void st(float *p, float v) { *p = v; }
+	static __device__ __forceinline__ void add(float *p, float v) { atomicAdd(p, v); }
+};
+template <> struct stor<__half> {
+	static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
+	static __device__ __forceinline__ float ldcg(const __half *p) { return __half2float(__ldcg(p)); }
+	static __device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
+	static __device__ __forceinline__ void add(__half *p, float v) { atomicAdd(p, __float2half_rn(v)); }
+};
+
 /* ---- kernels ------------------------------------------------------------------------- */
 
 /* sgd_kernel: for each rating (u, i, r), one warp computes
  *   e = r - (mu + bu[u] + bi[i] + p.q);  p += lr(e q - lp p);  q += lr(e p - lq q)
  *   bu += lr(e - lbu bu);  bi += lr(e - lbi bi)
  * Launch: grid-stride over ratings, 32 lanes per rating, lane l owns elements l + 32 j.
- * Bytes per update: 12 (rating) + 2 * 4k read + 2 * 4k written + 16 (biases) = 16k + 28. */
-template <int V>
+ * Bytes per update: 12 (rating) + p, q read and written (4 k sizeof(T)) + 16 (biases):
+ * 16k + 28 in fp32, 8k + 28 in fp16. */
+template <typename T, int V>
 __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
-                           const float *__restrict__ rs, size_t n, float *P, float *Q, float *bu, float *bi,
+                           const float *__restrict__ rs, size_t n, T *P, T *Q, float *bu, float *bi,
                            float mu, const mfs_hparams_t *hp, unsigned long long *skipped)
 {
 	const int k = V * 32;
@@ -73,15 +94,15 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
 		const float r = __ldg(rs + x);
 		if (u == MFS_ROW_NONE || i == MFS_ROW_NONE) /* unknown id in a set: scored, never trained */
 			continue;
-		float *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
+		T *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
 		float pv[V], qv[V];
 		/* lane l accumulates elements l, l+32, ... then the butterfly 16, 8, 4, 2, 1: the one
 		 * summation order of mfs_dot_lanes (cpu_ref.h), so both engines agree bit for bit */
 		float dot = 0.f;
 #pragma unroll
 		for (int j = 0; j < V; j++) {
-			pv[j] = p[lane + 32 * j];
-			qv[j] = q[lane + 32 * j];
+			pv[j] = stor<T>::ld(p + lane + 32 * j);
+			qv[j] = stor<T>::ld(q + lane + 32 * j);
 			dot = fmaf(pv[j], qv[j], dot);
 		}
 #pragma unroll
@@ -97,8 +118,8 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
 		const float g = __fmul_rn(lr, e);
 #pragma unroll
 		for (int j = 0; j < V; j++) {
-			p[lane + 32 * j] = fmaf(g, qv[j], __fmul_rn(dp, pv[j]));
-			q[lane + 32 * j] = fmaf(g, pv[j], __fmul_rn(dq, qv[j]));
+			stor<T>::st(p + lane + 32 * j, fmaf(g, qv[j], __fmul_rn(dp, pv[j])));
+			stor<T>::st(q + lane + 32 * j, fmaf(g, pv[j], __fmul_rn(dq, qv[j])));
 		}
 		/* every lane holds the same e; lane 0 writes the biases after all lanes read them */
 		__syncwarp();
@@ -119,9 +140,9 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
  * tolerates like a small mini-batch. That is why this kernel runs with the full grid, where
  * the plain-store kernel had to cap warps in flight (see launch_sgd).
  * Bytes per update as sgd_kernel: 16k + 28 (the RED traffic replaces the stores). */
-template <int V>
+template <typename T, int V>
 __global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
-                                  const float *__restrict__ rs, size_t n, float *P, float *Q, float *bu,
+                                  const float *__restrict__ rs, size_t n, T *P, T *Q, float *bu,
                                   float *bi, float mu, const mfs_hparams_t *hp, unsigned long long *skipped,
                                   const float *__restrict__ su, const float *__restrict__ si)
 {
@@ -137,13 +158,13 @@ __global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_
 		const float r = __ldg(rs + x);
 		if (u == MFS_ROW_NONE || i == MFS_ROW_NONE) /* unknown id in a set: scored, never trained */
 			continue;
-		float *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
+		T *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
 		float pv[V], qv[V];
 		float dot = 0.f;
 #pragma unroll
 		for (int j = 0; j < V; j++) {
-			pv[j] = __ldcg(p + lane + 32 * j); /* L2: other SMs' deltas land there */
-			qv[j] = __ldcg(q + lane + 32 * j);
+			pv[j] = stor<T>::ldcg(p + lane + 32 * j); /* L2: other SMs' deltas land there */
+			qv[j] = stor<T>::ldcg(q + lane + 32 * j);
 			dot = fmaf(pv[j], qv[j], dot);
 		}
 #pragma unroll
@@ -162,8 +183,68 @@ __global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_
 		const float cu = su ? __ldg(su + u) : 1.f, ci = si ? __ldg(si + i) : 1.f;
 #pragma unroll
 		for (int j = 0; j < V; j++) {
-			atomicAdd(p + lane + 32 * j, cu * (g * qv[j] - ap * pv[j]));
-			atomicAdd(q + lane + 32 * j, ci * (g * pv[j] - aq * qv[j]));
+			stor<T>::add(p + lane + 32 * j, cu * (g * qv[j] - ap * pv[j]));
+			stor<T>::add(q + lane + 32 * j, ci * (g * pv[j] - aq * qv[j]));
+		}
+		if (lane == 0) {
+			atomicAdd(bu + u, cu * (g - abu * b_u));
+			atomicAdd(bi + i, ci * (g - abi * b_i));
+		}
+	}
+}
+
+/* sgd_atomic_h2_kernel: the Hogwild! kernel for fp16 storage when k is a multiple of 64.
+ * Scalar 16-bit atomicAdd is slow (measured on an H200: fp16 MovieLens ran at 95 M updates/s
+ * against 983 M in fp32), so here lane l owns the adjacent pairs 2(l + 32j), 2(l + 32j) + 1
+ * and applies both deltas with one native __half2 atomic (RED.F16x2). Same math as
+ * sgd_atomic_kernel; the dot product's order differs from the reference's, which fp16 (judged
+ * with a tolerance) does not need. Bytes per update 8k + 28. VP = k / 64 pairs per lane. */
+template <int VP>
+__global__ void sgd_atomic_h2_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
+                                     const float *__restrict__ rs, size_t n, __half2 *P, __half2 *Q, float *bu,
+                                     float *bi, float mu, const mfs_hparams_t *hp, unsigned long long *skipped,
+                                     const float *__restrict__ su, const float *__restrict__ si)
+{
+	const int k2 = VP * 32; /* half2 per row */
+	const int lane = threadIdx.x & 31;
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t nwarps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const float lr = hp->lr;
+	const float ap = lr * hp->lambda_p, aq = lr * hp->lambda_q;
+	const float abu = lr * hp->lambda_bu, abi = lr * hp->lambda_bi;
+	for (size_t x = warp; x < n; x += nwarps) {
+		const uint32_t u = __ldg(us + x), i = __ldg(is + x);
+		const float r = __ldg(rs + x);
+		if (u == MFS_ROW_NONE || i == MFS_ROW_NONE)
+			continue;
+		__half2 *p = P + (size_t)u * k2, *q = Q + (size_t)i * k2;
+		float2 pv[VP], qv[VP];
+		float dot = 0.f;
+#pragma unroll
+		for (int j = 0; j < VP; j++) {
+			pv[j] = __half22float2(__ldcg(p + lane + 32 * j));
+			qv[j] = __half22float2(__ldcg(q + lane + 32 * j));
+			dot = fmaf(pv[j].x, qv[j].x, dot);
+			dot = fmaf(pv[j].y, qv[j].y, dot);
+		}
+#pragma unroll
+		for (int o = 16; o; o >>= 1)
+			dot += __shfl_xor_sync(0xffffffffu, dot, o);
+		const float b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
+		const float e = r - (mu + b_u + b_i + dot);
+		if (!isfinite(e)) {
+			if (lane == 0)
+				atomicAdd(skipped, 1ull);
+			continue;
+		}
+		const float g = lr * e;
+		const float cu = su ? __ldg(su + u) : 1.f, ci = si ? __ldg(si + i) : 1.f;
+#pragma unroll
+		for (int j = 0; j < VP; j++) {
+			atomicAdd(p + lane + 32 * j, __floats2half2_rn(cu * (g * qv[j].x - ap * pv[j].x),
+			                                               cu * (g * qv[j].y - ap * pv[j].y)));
+			atomicAdd(q + lane + 32 * j, __floats2half2_rn(ci * (g * pv[j].x - aq * qv[j].x),
+			                                               ci * (g * pv[j].y - aq * qv[j].y)));
 		}
 		if (lane == 0) {
 			atomicAdd(bu + u, cu * (g - abu * b_u));
@@ -176,10 +257,10 @@ __global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_
  * and absolute errors of clipped predictions in double, then the block adds its warps in
  * warp order: part[2b] = sse, part[2b+1] = sae. The host adds blocks in order. Fixed chunking
  * makes the result bit-reproducible for a given set. Rows MFS_ROW_NONE contribute nothing. */
-template <int V>
+template <typename T, int V>
 __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
-                            const float *__restrict__ rs, size_t n, const float *__restrict__ P,
-                            const float *__restrict__ Q, const float *__restrict__ bu,
+                            const float *__restrict__ rs, size_t n, const T *__restrict__ P,
+                            const T *__restrict__ Q, const float *__restrict__ bu,
                             const float *__restrict__ bi, float mu, const mfs_hparams_t *hp, double *part)
 {
 	const int k = V * 32;
@@ -201,7 +282,8 @@ __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__r
 			float dot = 0.f;
 #pragma unroll
 			for (int j = 0; j < V; j++)
-				dot = fmaf(P[(size_t)u * k + lane + 32 * j], Q[(size_t)i * k + lane + 32 * j], dot);
+				dot = fmaf(stor<T>::ld(P + (size_t)u * k + lane + 32 * j),
+				           stor<T>::ld(Q + (size_t)i * k + lane + 32 * j), dot);
 #pragma unroll
 			for (int o = 16; o; o >>= 1)
 				dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
@@ -237,22 +319,23 @@ __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__r
 static struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
 
 /* grow one device table to `need` rows (copy under the synchronous stream) */
-static int dev_grow(struct cuda_impl *c, float **F, float **b, uint32_t *cap, uint32_t need, int k)
+static int dev_grow(struct cuda_impl *c, void **F, float **b, uint32_t *cap, uint32_t need, int k)
 {
 	if (need <= *cap)
 		return 0;
 	uint64_t nc = *cap ? *cap : 1024;
 	while (nc < need)
 		nc *= 2;
-	float *nf = NULL, *nb = NULL;
-	MFS_CUDA_TRY(cudaMalloc(&nf, nc * (size_t)k * sizeof(float)));
+	void *nf = NULL;
+	float *nb = NULL;
+	MFS_CUDA_TRY(cudaMalloc(&nf, nc * (size_t)k * c->es));
 	if (cudaMalloc(&nb, nc * sizeof(float)) != cudaSuccess) {
 		cudaFree(nf);
 		MFS_CUDA_TRY(cudaGetLastError());
 		return MFS_EGPU;
 	}
 	if (*cap) {
-		MFS_CUDA_TRY(cudaMemcpyAsync(nf, *F, (size_t)*cap * k * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(nf, *F, (size_t)*cap * k * c->es, cudaMemcpyDeviceToDevice, c->stream));
 		MFS_CUDA_TRY(cudaMemcpyAsync(nb, *b, (size_t)*cap * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
 		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
 	}
@@ -261,6 +344,46 @@ static int dev_grow(struct cuda_impl *c, float **F, float **b, uint32_t *cap, ui
 	*F = nf;
 	*b = nb;
 	*cap = (uint32_t)nc;
+	return 0;
+}
+
+/* Host fp32 rows [a, a+n) -> device rows (converted to fp16 on the host when needed). */
+static int put_rows(struct cuda_impl *c, void *dst, const float *src, size_t a, size_t n, int k)
+{
+	const size_t cnt = n * (size_t)k;
+	char *d = (char *)dst + a * (size_t)k * c->es;
+	if (!c->fp16) {
+		MFS_CUDA_TRY(cudaMemcpy(d, src + a * k, cnt * sizeof(float), cudaMemcpyHostToDevice));
+		return 0;
+	}
+	__half *h = (__half *)malloc(cnt * sizeof *h);
+	if (!h)
+		return ENOMEM;
+	for (size_t x = 0; x < cnt; x++)
+		h[x] = __float2half_rn(src[a * k + x]);
+	cudaError_t err = cudaMemcpy(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice);
+	free(h);
+	MFS_CUDA_TRY(err);
+	return 0;
+}
+
+/* Device rows [0, n) -> host fp32. */
+static int get_rows(struct cuda_impl *c, float *dst, const void *src, size_t n, int k)
+{
+	const size_t cnt = n * (size_t)k;
+	if (!c->fp16) {
+		MFS_CUDA_TRY(cudaMemcpy(dst, src, cnt * sizeof(float), cudaMemcpyDeviceToHost));
+		return 0;
+	}
+	__half *h = (__half *)malloc((cnt ? cnt : 1) * sizeof *h);
+	if (!h)
+		return ENOMEM;
+	cudaError_t err = cudaMemcpy(h, src, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+	if (err == cudaSuccess)
+		for (size_t x = 0; x < cnt; x++)
+			dst[x] = __half2float(h[x]);
+	free(h);
+	MFS_CUDA_TRY(err);
 	return 0;
 }
 
@@ -276,17 +399,18 @@ static int cuda_grow(mfs_engine_t *e)
 	/* upload rows the host added (initialized by model_store) */
 	if (m->n_users > c->n_u) {
 		size_t a = c->n_u, n = m->n_users - c->n_u;
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->P + a * k, m->P + a * k, n * k * sizeof(float), cudaMemcpyHostToDevice, c->stream));
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		if ((rc = put_rows(c, c->P, m->P, a, n, k)))
+			return rc;
+		MFS_CUDA_TRY(cudaMemcpy(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice));
 		c->n_u = m->n_users;
 	}
 	if (m->n_items > c->n_i) {
 		size_t a = c->n_i, n = m->n_items - c->n_i;
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->Q + a * k, m->Q + a * k, n * k * sizeof(float), cudaMemcpyHostToDevice, c->stream));
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+		if ((rc = put_rows(c, c->Q, m->Q, a, n, k)))
+			return rc;
+		MFS_CUDA_TRY(cudaMemcpy(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice));
 		c->n_i = m->n_items;
 	}
-	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
 	return 0;
 }
 
@@ -329,6 +453,8 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		return ENOMEM;
 	e->impl = c;
 	c->dev = e->conf.device;
+	c->fp16 = e->conf.dtype == MFS_DTYPE_FP16;
+	c->es = c->fp16 ? sizeof(__half) : sizeof(float);
 	const char *rpw = getenv("MFS_CUDA_ROWS_PER_WARP"); /* tuning knob for benchmarks */
 	c->rows_per_warp = rpw && atoi(rpw) > 0 ? (size_t)atoi(rpw) : 0;
 	cudaError_t err = cudaSetDevice(c->dev);
@@ -363,6 +489,38 @@ static int cuda_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
 	return 0;
 }
 
+template <typename T>
+static void launch_sgd_t(struct cuda_impl *c, const struct dev_set *s, int det, int blocks, int threads, float mu,
+                         int k)
+{
+	T *P = (T *)c->P, *Q = (T *)c->Q;
+	if (c->fp16 && !det && k % 64 == 0) { /* paired half2 atomics */
+		__half2 *P2 = (__half2 *)c->P, *Q2 = (__half2 *)c->Q;
+#define H2_CASE(VP)                                                                                              \
+	case VP:                                                                                                     \
+		sgd_atomic_h2_kernel<VP><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P2, Q2, c->bu, c->bi, \
+		                                                            mu, c->d_hp, c->d_skipped, s->su, s->si);   \
+		break;
+		switch (k / 64) { H2_CASE(1) H2_CASE(2) H2_CASE(3) H2_CASE(4) }
+#undef H2_CASE
+		return;
+	}
+#define SGD_CASE(V)                                                                                              \
+	case V:                                                                                                      \
+		if (det)                                                                                                 \
+			sgd_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu, \
+			                                                    c->d_hp, c->d_skipped);                        \
+		else                                                                                                     \
+			sgd_atomic_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu,      \
+			                                                           c->bi, mu, c->d_hp, c->d_skipped, s->su, \
+			                                                           s->si);                                 \
+		break;
+	switch (k / 32) {
+		SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
+	}
+#undef SGD_CASE
+}
+
 static int launch_sgd(mfs_engine_t *e, const struct dev_set *s)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -392,25 +550,29 @@ static int launch_sgd(mfs_engine_t *e, const struct dev_set *s)
 		blocks = (int)(b ? b : 1);
 	}
 	const float mu = (float)e->model->mu;
-#define SGD_CASE(V)                                                                                              \
-	case V:                                                                                                      \
-		if (det)                                                                                                 \
-			sgd_kernel<V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, c->P, c->Q, c->bu, c->bi,  \
-			                                                 mu, c->d_hp, c->d_skipped);                       \
-		else                                                                                                     \
-			sgd_atomic_kernel<V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, c->P, c->Q, c->bu,  \
-			                                                        c->bi, mu, c->d_hp, c->d_skipped, s->su,   \
-			                                                        s->si);                                    \
-		break;
-	switch (e->model->k / 32) {
-		SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
-	default: return MFS_EINVAL;
-	}
-#undef SGD_CASE
+	if (c->fp16)
+		launch_sgd_t<__half>(c, s, det, blocks, threads, mu, e->model->k);
+	else
+		launch_sgd_t<float>(c, s, det, blocks, threads, mu, e->model->k);
 	MFS_CUDA_LAUNCHED();
 	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
 	e->model->events_applied += s->n;
 	return 0;
+}
+
+template <typename T>
+static void launch_loss_t(struct cuda_impl *c, const struct dev_set *s, unsigned blocks, float mu, int k)
+{
+	const T *P = (const T *)c->P, *Q = (const T *)c->Q;
+#define LOSS_CASE(V)                                                                                             \
+	case V:                                                                                                      \
+		loss_kernel<T, V><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu,  \
+		                                                                  c->bi, mu, c->d_hp, c->d_part);      \
+		break;
+	switch (k / 32) {
+		LOSS_CASE(1) LOSS_CASE(2) LOSS_CASE(3) LOSS_CASE(4) LOSS_CASE(5) LOSS_CASE(6) LOSS_CASE(7) LOSS_CASE(8)
+	}
+#undef LOSS_CASE
 }
 
 static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
@@ -428,17 +590,10 @@ static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out
 		c->part_cap = blocks;
 	}
 	const float mu = (float)e->model->mu;
-#define LOSS_CASE(V)                                                                                             \
-	case V:                                                                                                      \
-		loss_kernel<V><<<(unsigned)blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(s->u, s->i, s->r, s->n, c->P,  \
-		                                                                        c->Q, c->bu, c->bi, mu,         \
-		                                                                        c->d_hp, c->d_part);            \
-		break;
-	switch (e->model->k / 32) {
-		LOSS_CASE(1) LOSS_CASE(2) LOSS_CASE(3) LOSS_CASE(4) LOSS_CASE(5) LOSS_CASE(6) LOSS_CASE(7) LOSS_CASE(8)
-	default: return MFS_EINVAL;
-	}
-#undef LOSS_CASE
+	if (c->fp16)
+		launch_loss_t<__half>(c, s, (unsigned)blocks, mu, e->model->k);
+	else
+		launch_loss_t<float>(c, s, (unsigned)blocks, mu, e->model->k);
 	MFS_CUDA_LAUNCHED();
 	double *h = (double *)malloc(blocks * 2 * sizeof(double));
 	if (!h)
@@ -673,12 +828,11 @@ static int cuda_sync(mfs_engine_t *e)
 {
 	struct cuda_impl *c = impl_of(e);
 	mfs_model_t *m = e->model;
-	const size_t k = (size_t)m->k;
-	MFS_CUDA_TRY(cudaMemcpyAsync(m->P, c->P, (size_t)c->n_u * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(m->Q, c->Q, (size_t)c->n_i * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(m->bi, c->bi, (size_t)c->n_i * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	int rc;
+	if ((rc = get_rows(c, m->P, c->P, c->n_u, m->k)) || (rc = get_rows(c, m->Q, c->Q, c->n_i, m->k)))
+		return rc;
+	MFS_CUDA_TRY(cudaMemcpy(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost));
+	MFS_CUDA_TRY(cudaMemcpy(m->bi, c->bi, (size_t)c->n_i * sizeof(float), cudaMemcpyDeviceToHost));
 	return 0;
 }
 
