@@ -18,6 +18,7 @@ static const struct {
 	{"query", mfs_cmd_query, "read a user's vector, a prediction or top-K items from a snapshot"},
 	{"predict", mfs_cmd_predict, "score 'user item' pairs from a file against a snapshot"},
 	{"inspect", mfs_cmd_inspect, "print a snapshot's meta record"},
+	{"produce", mfs_cmd_produce, "replay a ratings file or a synthetic stream into a Kafka topic"},
 	{"config", mfs_cmd_config, "print the effective configuration (or --doc: the reference)"},
 };
 
