@@ -7,22 +7,18 @@
  * and it is O(n log n) in the worst case; a file already in order skips it. Tens of
  * millions of ratings fit (about 64 bytes each at the peak, while sorting).
  *
- * The synthetic stream copies the minimum of cmd_gen.c (Vose alias sampler, planted
- * factors, the per-part RNG streams derived from gen.seed) so that for the same gen.* keys
- * it yields exactly the ratings `mfstream gen` writes, in the same order. cmd_gen.c keeps
- * its own copy (it is not ours to edit); the two must change together.
+ * The synthetic stream is ingest/synth.c, the generator behind `mfstream gen`: for the same
+ * gen.* keys it yields exactly the ratings gen writes, in the same order.
  */
 #include "ingest/event_source.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
-#include "common/rng.h"
+#include "ingest/synth.h"
 
-#define SYNTH_T0_MS 1700000000000LL /* gen's first timestamp */
 #define SECONDS_BELOW 100000000000LL /* |ts| < 1e11 in a text file: seconds (year < 5138) */
 
 /* One rating of a file. An id with len 0 is the u64 in u/i; otherwise u/i is the offset of
@@ -33,13 +29,6 @@ typedef struct fs_rec {
 	float r;
 	uint16_t ulen, ilen;
 } fs_rec_t;
-
-/* A sampler over [0, n): uniform, or a Vose alias table (from cmd_gen.c). */
-typedef struct synth_sampler {
-	uint64_t n;
-	uint32_t *thr;   /* keep index k when a 32-bit coin <= thr[k]; NULL = uniform */
-	uint32_t *alias; /* else take alias[k] */
-} synth_sampler_t;
 
 enum { SRC_FILE = 1, SRC_SYNTH = 2 };
 
@@ -52,11 +41,7 @@ struct mfs_evsrc {
 	size_t es_arena_len, es_arena_cap, es_rec_cap;
 	int es_sorted;
 	/* synthetic */
-	synth_sampler_t es_su, es_si;
-	float *es_P, *es_Q, *es_bu, *es_bi;
-	int es_rank;
-	double es_mean, es_noise, es_min, es_max;
-	mfs_rng_t es_g;
+	mfs_synth_t *es_syn;
 };
 
 /* ---- file ------------------------------------------------------------------------------ */
@@ -194,138 +179,21 @@ static inline mfs_id_t rec_id(const mfs_evsrc_t *s, uint64_t v, uint16_t len)
 	return id;
 }
 
-/* ---- synthetic (from cmd_gen.c) --------------------------------------------------------- */
-
-static void sampler_free(synth_sampler_t *s)
-{
-	free(s->thr);
-	free(s->alias);
-	memset(s, 0, sizeof *s);
-}
-
-static inline uint64_t sampler_draw(const synth_sampler_t *s, mfs_rng_t *g)
-{
-	uint64_t k = mfs_rng_below(g, s->n);
-	if (!s->thr)
-		return k;
-	uint32_t coin = (uint32_t)(mfs_rng_next(g) >> 32);
-	return coin <= s->thr[k] ? k : s->alias[k];
-}
-
-/* Weights (rank+1)^-expo over a random permutation of [0, n), as an alias table. */
-static int sampler_init(synth_sampler_t *s, uint64_t n, double expo, uint64_t seed)
-{
-	memset(s, 0, sizeof *s);
-	s->n = n;
-	if (expo == 0)
-		return 0;
-	int rc = ENOMEM;
-	double *q = malloc(n * sizeof *q);
-	uint32_t *work = malloc(n * sizeof *work);
-	s->thr = malloc(n * sizeof *s->thr);
-	s->alias = malloc(n * sizeof *s->alias);
-	if (!q || !work || !s->thr || !s->alias)
-		goto out;
-	mfs_rng_t g; /* permutation: work[rank] = index */
-	mfs_rng_seed(&g, seed);
-	for (uint64_t k = 0; k < n; k++)
-		work[k] = (uint32_t)k;
-	for (uint64_t k = n; k > 1; k--) {
-		uint64_t j = mfs_rng_below(&g, k);
-		uint32_t t = work[k - 1];
-		work[k - 1] = work[j];
-		work[j] = t;
-	}
-	double sum = 0;
-	for (uint64_t k = 0; k < n; k++) {
-		double w = pow((double)(k + 1), -expo);
-		q[work[k]] = w;
-		sum += w;
-	}
-	for (uint64_t k = 0; k < n; k++)
-		q[k] *= (double)n / sum;
-	/* Vose: small entries stack up from the front of work, large ones from the back */
-	uint64_t ns = 0, nl = 0;
-	for (uint64_t k = 0; k < n; k++) {
-		if (q[k] < 1.0)
-			work[ns++] = (uint32_t)k;
-		else
-			work[n - 1 - nl++] = (uint32_t)k;
-	}
-	while (ns && nl) {
-		uint32_t sm = work[--ns], lg = work[n - nl];
-		s->thr[sm] = (uint32_t)fmin(q[sm] * 4294967296.0, 4294967295.0);
-		s->alias[sm] = lg;
-		q[lg] -= 1.0 - q[sm];
-		if (q[lg] < 1.0) {
-			nl--;
-			work[ns++] = lg;
-		}
-	}
-	while (ns) { /* what is left has probability 1 up to rounding */
-		uint32_t k = work[--ns];
-		s->thr[k] = UINT32_MAX;
-		s->alias[k] = k;
-	}
-	while (nl) {
-		uint32_t k = work[n - nl--];
-		s->thr[k] = UINT32_MAX;
-		s->alias[k] = k;
-	}
-	rc = 0;
-out:
-	free(q);
-	free(work);
-	if (rc)
-		sampler_free(s);
-	return rc;
-}
+/* ---- synthetic ------------------------------------------------------------------------- */
 
 int mfs_evsrc_open_synth(const mfs_conf_t *c, mfs_evsrc_t **out, char *errstr, size_t errstr_size)
 {
 	*out = NULL;
-	if (c->gen_min > c->gen_max)
-		return mfs_errf(errstr, errstr_size, MFS_ECONFIG, "gen.min (%g) is above gen.max (%g)", c->gen_min,
-		                c->gen_max);
 	mfs_evsrc_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
 	s->es_kind = SRC_SYNTH;
-	const uint64_t U = (uint64_t)c->gen_users, I = (uint64_t)c->gen_items, seed = (uint64_t)c->gen_seed;
-	const int r = (int)c->gen_rank;
-	s->es_n = (uint64_t)c->gen_ratings;
-	s->es_rank = r;
-	s->es_mean = c->gen_mean;
-	s->es_noise = c->gen_noise;
-	s->es_min = c->gen_min;
-	s->es_max = c->gen_max;
-	s->es_P = malloc(U * (size_t)r * sizeof *s->es_P);
-	s->es_Q = malloc(I * (size_t)r * sizeof *s->es_Q);
-	s->es_bu = malloc(U * sizeof *s->es_bu);
-	s->es_bi = malloc(I * sizeof *s->es_bi);
-	if (!s->es_P || !s->es_Q || !s->es_bu || !s->es_bi ||
-	    sampler_init(&s->es_su, U, c->gen_user_skew, mfs_mix64(seed, 2)) ||
-	    sampler_init(&s->es_si, I, c->gen_zipf, mfs_mix64(seed, 3))) {
-		mfs_evsrc_close(s);
-		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory for %llu users x %llu items at rank %d",
-		                (unsigned long long)U, (unsigned long long)I, r);
+	int rc = mfs_synth_open(c, &s->es_syn, errstr, errstr_size);
+	if (rc) {
+		free(s);
+		return rc;
 	}
-	/* the planted model: one stream for users, one for items (as in gen) */
-	const double fsd = sqrt(c->gen_signal_sd / sqrt((double)r));
-	mfs_rng_t g;
-	mfs_rng_seed(&g, mfs_mix64(seed, 0));
-	for (uint64_t u = 0; u < U; u++) {
-		s->es_bu[u] = (float)(c->gen_bias_sd * mfs_rng_normal(&g));
-		for (int k = 0; k < r; k++)
-			s->es_P[u * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
-	}
-	mfs_rng_seed(&g, mfs_mix64(seed, 1));
-	for (uint64_t i = 0; i < I; i++) {
-		s->es_bi[i] = (float)(c->gen_bias_sd * mfs_rng_normal(&g));
-		for (int k = 0; k < r; k++)
-			s->es_Q[i * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
-	}
-	mfs_rng_seed(&s->es_g, mfs_mix64(seed, 4));
+	s->es_n = mfs_synth_count(s->es_syn);
 	*out = s;
 	return 0;
 }
@@ -345,19 +213,13 @@ int mfs_evsrc_next(mfs_evsrc_t *s, mfs_event_t *ev)
 		ev->ts_ms = r->ts;
 		return 1;
 	}
-	const int rk = s->es_rank;
-	uint64_t u = sampler_draw(&s->es_su, &s->es_g), i = sampler_draw(&s->es_si, &s->es_g);
-	const float *pu = s->es_P + u * (size_t)rk, *qi = s->es_Q + i * (size_t)rk;
-	double dot = 0;
-	for (int k = 0; k < rk; k++)
-		dot += (double)pu[k] * (double)qi[k];
-	double x = s->es_mean + s->es_bu[u] + s->es_bi[i] + dot + s->es_noise * mfs_rng_normal(&s->es_g);
-	x = x < s->es_min ? s->es_min : x > s->es_max ? s->es_max : x;
+	uint64_t u, i;
+	if (!mfs_synth_next(s->es_syn, &u, &i, &ev->rating, &ev->ts_ms))
+		return 0;
+	s->es_pos++;
 	ev->user = mfs_id_u64(u + 1);
 	ev->item = mfs_id_u64(i + 1);
-	ev->rating = (float)x;
 	ev->has_ts = 1;
-	ev->ts_ms = SYNTH_T0_MS + (int64_t)s->es_pos++;
 	return 1;
 }
 
@@ -371,11 +233,6 @@ void mfs_evsrc_close(mfs_evsrc_t *s)
 		return;
 	free(s->es_rec);
 	free(s->es_arena);
-	sampler_free(&s->es_su);
-	sampler_free(&s->es_si);
-	free(s->es_P);
-	free(s->es_Q);
-	free(s->es_bu);
-	free(s->es_bi);
+	mfs_synth_close(s->es_syn);
 	free(s);
 }

@@ -1,0 +1,219 @@
+/* synth.c - the planted synthetic rating stream behind `mfstream gen`, `mfstream produce
+ * --synthetic` and the benchmarks' data: one implementation, so they all draw the same data.
+ *
+ * The planted model (gen.* keys, docs/INPUT_FORMATS.md):
+ *   b_u, b_i ~ N(0, bias_sd^2)
+ *   p_u, q_i ~ N(0, s^2) per component, s = sqrt(signal_sd / sqrt(rank)), so that
+ *              Var(p_u . q_i) = rank * s^4 = signal_sd^2
+ *   r(u,i)   = clip(mean + b_u + b_i + p_u . q_i + N(0, noise^2), gen.min, gen.max)
+ * written as a float (not rounded to a rating scale). Users are drawn with weight
+ * (rank+1)^-user_skew and items with weight (rank+1)^-zipf, where "rank" is a position in
+ * a seeded random permutation, so popular items are not ids 1, 2, 3, ...; exponent 0 is
+ * uniform. Pairs (u, i) may repeat, each time with fresh noise.
+ *
+ * How good can a model get? The noise is independent of everything a model can learn, so
+ * no predictor beats the Bayes predictor E[r | u, i], whose RMSE is the standard deviation
+ * of the clipped noise: exactly gen.noise without clipping, slightly less with it (clipping
+ * pulls the tails in). A biased MF of rank >= gen.rank trained on enough data approaches
+ * that floor.
+ *
+ * DESIGN: memory is bounded by users and items, never by ratings. Sampling uses Vose alias
+ * tables (8 bytes per entry, O(1) per draw, two cache misses); the planted factors take
+ * 4 * rank * (users + items) bytes. Every part has its own RNG stream derived from gen.seed
+ * (0 users, 1 items, 2 user sampler, 3 item sampler, 4 the ratings), so N ratings are a
+ * prefix of more ratings with the same other settings. Timestamps are 1_700_000_000_000 ms
+ * + n, one millisecond per rating, so they strictly increase.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "config/config.h"
+#include "ingest/synth.h"
+
+#define SYNTH_T0_MS 1700000000000LL
+
+/* A sampler over [0, n): uniform, or a Vose alias table. */
+typedef struct synth_sampler {
+	uint64_t n;
+	uint32_t *thr;   /* keep index k when a 32-bit coin <= thr[k]; NULL = uniform */
+	uint32_t *alias; /* else take alias[k] */
+} synth_sampler_t;
+
+static void sampler_free(synth_sampler_t *s)
+{
+	free(s->thr);
+	free(s->alias);
+	memset(s, 0, sizeof *s);
+}
+
+static inline uint64_t sampler_draw(const synth_sampler_t *s, mfs_rng_t *g)
+{
+	uint64_t k = mfs_rng_below(g, s->n);
+	if (!s->thr)
+		return k;
+	uint32_t coin = (uint32_t)(mfs_rng_next(g) >> 32);
+	return coin <= s->thr[k] ? k : s->alias[k];
+}
+
+/* Weights (rank+1)^-expo over a random permutation of [0, n), as an alias table. */
+static int sampler_init(synth_sampler_t *s, uint64_t n, double expo, uint64_t seed)
+{
+	memset(s, 0, sizeof *s);
+	s->n = n;
+	if (expo == 0)
+		return 0;
+	int rc = ENOMEM;
+	double *q = malloc(n * sizeof *q);
+	uint32_t *work = malloc(n * sizeof *work);
+	s->thr = malloc(n * sizeof *s->thr);
+	s->alias = malloc(n * sizeof *s->alias);
+	if (!q || !work || !s->thr || !s->alias)
+		goto out;
+	/* permutation: work[rank] = index */
+	mfs_rng_t g;
+	mfs_rng_seed(&g, seed);
+	for (uint64_t k = 0; k < n; k++)
+		work[k] = (uint32_t)k;
+	for (uint64_t k = n; k > 1; k--) {
+		uint64_t j = mfs_rng_below(&g, k);
+		uint32_t t = work[k - 1];
+		work[k - 1] = work[j];
+		work[j] = t;
+	}
+	double sum = 0;
+	for (uint64_t k = 0; k < n; k++) {
+		double w = pow((double)(k + 1), -expo);
+		q[work[k]] = w;
+		sum += w;
+	}
+	for (uint64_t k = 0; k < n; k++)
+		q[k] *= (double)n / sum;
+	/* Vose: small entries stack up from the front of work, large ones from the back */
+	uint64_t ns = 0, nl = 0;
+	for (uint64_t k = 0; k < n; k++) {
+		if (q[k] < 1.0)
+			work[ns++] = (uint32_t)k;
+		else
+			work[n - 1 - nl++] = (uint32_t)k;
+	}
+	while (ns && nl) {
+		uint32_t sm = work[--ns], lg = work[n - nl];
+		s->thr[sm] = (uint32_t)fmin(q[sm] * 4294967296.0, 4294967295.0);
+		s->alias[sm] = lg;
+		q[lg] -= 1.0 - q[sm];
+		if (q[lg] < 1.0) { /* lg moves from the large stack to the small one */
+			nl--;
+			work[ns++] = lg;
+		}
+	}
+	/* what is left has probability 1 up to rounding */
+	while (ns) {
+		uint32_t k = work[--ns];
+		s->thr[k] = UINT32_MAX;
+		s->alias[k] = k;
+	}
+	while (nl) {
+		uint32_t k = work[n - nl--];
+		s->thr[k] = UINT32_MAX;
+		s->alias[k] = k;
+	}
+	rc = 0;
+out:
+	free(q);
+	free(work);
+	if (rc)
+		sampler_free(s);
+	return rc;
+}
+
+struct mfs_synth {
+	uint64_t n, pos;
+	int rank;
+	double mean, noise, min, max;
+	synth_sampler_t su, si;
+	float *P, *Q, *bu, *bi;
+	mfs_rng_t g;
+};
+
+void mfs_synth_close(mfs_synth_t *s)
+{
+	if (!s)
+		return;
+	sampler_free(&s->su);
+	sampler_free(&s->si);
+	free(s->P);
+	free(s->Q);
+	free(s->bu);
+	free(s->bi);
+	free(s);
+}
+
+int mfs_synth_open(const struct mfs_conf *c, mfs_synth_t **out, char *errstr, size_t errstr_size)
+{
+	*out = NULL;
+	if (c->gen_min > c->gen_max)
+		return mfs_errf(errstr, errstr_size, MFS_ECONFIG, "gen.min (%g) is above gen.max (%g)", c->gen_min,
+		                c->gen_max);
+	mfs_synth_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
+	const uint64_t U = (uint64_t)c->gen_users, I = (uint64_t)c->gen_items, seed = (uint64_t)c->gen_seed;
+	const int r = (int)c->gen_rank;
+	s->n = (uint64_t)c->gen_ratings;
+	s->rank = r;
+	s->mean = c->gen_mean;
+	s->noise = c->gen_noise;
+	s->min = c->gen_min;
+	s->max = c->gen_max;
+	s->P = malloc(U * (size_t)r * sizeof *s->P);
+	s->Q = malloc(I * (size_t)r * sizeof *s->Q);
+	s->bu = malloc(U * sizeof *s->bu);
+	s->bi = malloc(I * sizeof *s->bi);
+	if (!s->P || !s->Q || !s->bu || !s->bi || sampler_init(&s->su, U, c->gen_user_skew, mfs_mix64(seed, 2)) ||
+	    sampler_init(&s->si, I, c->gen_zipf, mfs_mix64(seed, 3))) {
+		mfs_synth_close(s);
+		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory for %llu users x %llu items at rank %d",
+		                (unsigned long long)U, (unsigned long long)I, r);
+	}
+	/* the planted model: one stream for users, one for items */
+	const double fsd = sqrt(c->gen_signal_sd / sqrt((double)r));
+	mfs_rng_t g;
+	mfs_rng_seed(&g, mfs_mix64(seed, 0));
+	for (uint64_t u = 0; u < U; u++) {
+		s->bu[u] = (float)(c->gen_bias_sd * mfs_rng_normal(&g));
+		for (int k = 0; k < r; k++)
+			s->P[u * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
+	}
+	mfs_rng_seed(&g, mfs_mix64(seed, 1));
+	for (uint64_t i = 0; i < I; i++) {
+		s->bi[i] = (float)(c->gen_bias_sd * mfs_rng_normal(&g));
+		for (int k = 0; k < r; k++)
+			s->Q[i * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
+	}
+	mfs_rng_seed(&s->g, mfs_mix64(seed, 4));
+	*out = s;
+	return 0;
+}
+
+int mfs_synth_next(mfs_synth_t *s, uint64_t *u, uint64_t *i, float *rating, int64_t *ts_ms)
+{
+	if (s->pos >= s->n)
+		return 0;
+	const int rk = s->rank;
+	*u = sampler_draw(&s->su, &s->g);
+	*i = sampler_draw(&s->si, &s->g);
+	const float *pu = s->P + *u * (size_t)rk, *qi = s->Q + *i * (size_t)rk;
+	double dot = 0;
+	for (int k = 0; k < rk; k++)
+		dot += (double)pu[k] * (double)qi[k];
+	double x = s->mean + s->bu[*u] + s->bi[*i] + dot + s->noise * mfs_rng_normal(&s->g);
+	*rating = (float)(x < s->min ? s->min : x > s->max ? s->max : x);
+	*ts_ms = SYNTH_T0_MS + (int64_t)s->pos++;
+	return 1;
+}
+
+uint64_t mfs_synth_count(const mfs_synth_t *s) { return s->n; }
