@@ -65,6 +65,18 @@ template <> struct stor<__half> {
 	static __device__ __forceinline__ void add(__half *p, float v) { atomicAdd(p, __float2half_rn(v)); }
 };
 
+/* A uniform number in [0, 1) from a rating's index: the coin of sampled hot-row updates. */
+__device__ __forceinline__ float coin01(size_t x, uint32_t salt)
+{
+	uint32_t h = (uint32_t)x * 0x9E3779B1u ^ (uint32_t)(x >> 32) ^ salt;
+	h ^= h >> 16;
+	h *= 0x85EBCA6Bu;
+	h ^= h >> 13;
+	h *= 0xC2B2AE35u;
+	h ^= h >> 16;
+	return (float)(h >> 8) * (1.0f / 16777216.0f);
+}
+
 /* ---- kernels ------------------------------------------------------------------------- */
 
 /* sgd_kernel: for each rating (u, i, r), one warp computes
@@ -178,17 +190,24 @@ __global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_
 			continue;
 		}
 		const float g = lr * e;
-		/* hot rows: the delta is one of ~c concurrent ones computed from the same stale row,
-		 * so it is scaled by 1/c (an averaged mini-batch step instead of a c-fold one) */
+		/* Hot rows (step scale s < 1, see row_scales): instead of adding s * delta on every
+		 * rating, add the whole delta with probability s. Same expected step, and the atomic
+		 * traffic on a row held by c warps drops by c / HOT_C -- the hottest rows are what
+		 * bounds throughput under skew. The coin hashes the rating's index. */
 		const float cu = su ? __ldg(su + u) : 1.f, ci = si ? __ldg(si + i) : 1.f;
+		const bool wu = cu >= 1.f || coin01(x, 0x51u) < cu, wi = ci >= 1.f || coin01(x, 0xA7u) < ci;
 #pragma unroll
 		for (int j = 0; j < V; j++) {
-			stor<T>::add(p + lane + 32 * j, cu * (g * qv[j] - ap * pv[j]));
-			stor<T>::add(q + lane + 32 * j, ci * (g * pv[j] - aq * qv[j]));
+			if (wu)
+				stor<T>::add(p + lane + 32 * j, g * qv[j] - ap * pv[j]);
+			if (wi)
+				stor<T>::add(q + lane + 32 * j, g * pv[j] - aq * qv[j]);
 		}
 		if (lane == 0) {
-			atomicAdd(bu + u, cu * (g - abu * b_u));
-			atomicAdd(bi + i, ci * (g - abi * b_i));
+			if (wu)
+				atomicAdd(bu + u, g - abu * b_u);
+			if (wi)
+				atomicAdd(bi + i, g - abi * b_i);
 		}
 	}
 }
@@ -239,16 +258,19 @@ __global__ void sgd_atomic_h2_kernel(const uint32_t *__restrict__ us, const uint
 		}
 		const float g = lr * e;
 		const float cu = su ? __ldg(su + u) : 1.f, ci = si ? __ldg(si + i) : 1.f;
+		const bool wu = cu >= 1.f || coin01(x, 0x51u) < cu, wi = ci >= 1.f || coin01(x, 0xA7u) < ci;
 #pragma unroll
 		for (int j = 0; j < VP; j++) {
-			atomicAdd(p + lane + 32 * j, __floats2half2_rn(cu * (g * qv[j].x - ap * pv[j].x),
-			                                               cu * (g * qv[j].y - ap * pv[j].y)));
-			atomicAdd(q + lane + 32 * j, __floats2half2_rn(ci * (g * pv[j].x - aq * qv[j].x),
-			                                               ci * (g * pv[j].y - aq * qv[j].y)));
+			if (wu)
+				atomicAdd(p + lane + 32 * j, __floats2half2_rn(g * qv[j].x - ap * pv[j].x, g * qv[j].y - ap * pv[j].y));
+			if (wi)
+				atomicAdd(q + lane + 32 * j, __floats2half2_rn(g * pv[j].x - aq * qv[j].x, g * pv[j].y - aq * qv[j].y));
 		}
 		if (lane == 0) {
-			atomicAdd(bu + u, cu * (g - abu * b_u));
-			atomicAdd(bi + i, ci * (g - abi * b_i));
+			if (wu)
+				atomicAdd(bu + u, g - abu * b_u);
+			if (wi)
+				atomicAdd(bi + i, g - abi * b_i);
 		}
 	}
 }
