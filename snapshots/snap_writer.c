@@ -305,6 +305,19 @@ static int check_info(const mfs_model_t *m, const mfs_snap_info_t *info, char *e
 		if (o->partition < 0)
 			return mfs_errf(errstr, es, MFS_EINVAL, "offset %zu: partition %d < 0", i, (int)o->partition);
 	}
+	if (info->n_extra && !info->extra)
+		return mfs_errf(errstr, es, MFS_EINVAL, "n_extra = %zu but no extra records", info->n_extra);
+	for (size_t i = 0; i < info->n_extra; i++) {
+		const mfs_snap_extra_t *x = &info->extra[i];
+		size_t len = x->key ? strlen(x->key) : 0;
+		if (len == 0 || len > 200 || mfs_snap_meta_type(x->key, len) != MFS_SNAP_T_UNKNOWN)
+			return mfs_errf(errstr, es, MFS_EINVAL, "extra %zu: bad or reserved meta key \"%s\"", i,
+			                x->key ? x->key : "(null)");
+		if (x->type != MFS_SNAP_T_U64 && x->type != MFS_SNAP_T_F64)
+			return mfs_errf(errstr, es, MFS_EINVAL, "extra %zu (%s): type must be u64 or f64", i, x->key);
+		if (x->type == MFS_SNAP_T_F64 && !isfinite(x->f64))
+			return mfs_errf(errstr, es, MFS_ENAN, "extra %s is %g; nothing published", x->key, x->f64);
+	}
 	return 0;
 }
 
@@ -415,6 +428,12 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_model_t *m,
 		char key[sizeof MFS_META_OFFSET_PREFIX + MFS_SNAP_TOPIC_MAX + 16];
 		snprintf(key, sizeof key, "%s%s/%d", MFS_META_OFFSET_PREFIX, o->topic, (int)o->partition);
 		if ((rc = put_meta_u64(txn, d, key, (uint64_t)o->next_offset)))
+			return rc;
+	}
+	for (size_t i = 0; i < info->n_extra; i++) {
+		const mfs_snap_extra_t *x = &info->extra[i];
+		rc = x->type == MFS_SNAP_T_U64 ? put_meta_u64(txn, d, x->key, x->u64) : put_meta_f64(txn, d, x->key, x->f64);
+		if (rc)
 			return rc;
 	}
 	*seq_out = seq;

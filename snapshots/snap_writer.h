@@ -20,6 +20,16 @@ typedef struct mfs_snap_offset {
 	int64_t next_offset;
 } mfs_snap_offset_t;
 
+/** An optional extra meta record (format v1 allows keys readers do not know; they ignore
+ *  them): "mu_count", "mu_sum", "rejected/<reason>" of `mfstream serve` (docs/SNAPSHOT_FORMAT.md).
+ *  The key must not be one the writer owns nor start with "offset/". */
+typedef struct mfs_snap_extra {
+	const char *key;
+	int type;     /* MFS_SNAP_T_U64 or MFS_SNAP_T_F64 (snap_format.h) */
+	uint64_t u64;
+	double f64;
+} mfs_snap_extra_t;
+
 typedef struct mfs_snap_info {
 	double learning_rate;
 	double last_loss;            /* NaN when unknown */
@@ -31,6 +41,9 @@ typedef struct mfs_snap_info {
 	size_t n_user_rows;
 	const uint32_t *item_rows;
 	size_t n_item_rows;
+	/* optional extra meta records, written in the same txn (NULL / 0: none) */
+	const mfs_snap_extra_t *extra;
+	size_t n_extra;
 } mfs_snap_info_t;
 
 /** Open (creating) the environment directory dir. map_size: initial map size in bytes.

@@ -1,0 +1,210 @@
+/* snap_load.c - see snap_load.h. */
+#include "snapshots/snap_load.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "ingest/event.h"
+#include "snapshots/snap_format.h"
+
+static int meta_get(MDB_txn *txn, MDB_dbi d, const char *key, size_t size, const unsigned char **val, int *found)
+{
+	MDB_val k = {strlen(key), (void *)(uintptr_t)key}, v;
+	int rc = mdb_get(txn, d, &k, &v);
+	*found = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	if (v.mv_size != size)
+		return MFS_EFORMAT;
+	*val = v.mv_data;
+	*found = 1;
+	return 0;
+}
+
+static int load_rows(MDB_txn *txn, MDB_dbi d, mfs_model_t *m, int ent, char *errstr, size_t es)
+{
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int rc = mdb_cursor_open(txn, d, &cur);
+	if (rc)
+		return mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
+	const size_t vbytes = mfs_snap_row_bytes((uint32_t)m->k);
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		uint64_t num = 0;
+		const char *str = NULL;
+		size_t len = 0;
+		int tag = mfs_snap_key_decode(k.mv_data, k.mv_size, &num, &str, &len);
+		if (!tag || v.mv_size != vbytes) {
+			rc = mfs_errf(errstr, es, MFS_EFORMAT, "malformed %s record (key %zu bytes, value %zu bytes)",
+			              ent ? "item" : "user", k.mv_size, v.mv_size);
+			goto out;
+		}
+		mfs_id_t id = tag == MFS_SNAP_KEY_TAG_U64 ? mfs_id_u64(num)
+		                                          : (mfs_id_t){MFS_ID_STR, (uint16_t)len, 0, str};
+		uint32_t row;
+		rc = ent ? mfs_model_item_row(m, &id, &row) : mfs_model_user_row(m, &id, &row);
+		if (rc) {
+			rc = mfs_errf(errstr, es, rc, "adding a %s row: %s", ent ? "item" : "user", mfs_strerror(rc));
+			goto out;
+		}
+		const unsigned char *p = v.mv_data;
+		float *F = (ent ? m->Q : m->P) + (size_t)row * (size_t)m->k;
+		(ent ? m->bi : m->bu)[row] = mfs_snap_get_f32(p);
+		for (int j = 0; j < m->k; j++)
+			F[j] = mfs_snap_get_f32(p + 4 + 4 * (size_t)j);
+	}
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	else if (rc > 0 || rc < MFS_E_FIRST || rc > MFS_E_LAST)
+		rc = mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
+out:
+	mdb_cursor_close(cur);
+	return rc;
+}
+
+static int load_meta(MDB_txn *txn, MDB_dbi d, mfs_snap_loaded_t *out, char *errstr, size_t es)
+{
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int rc = mdb_cursor_open(txn, d, &cur);
+	if (rc)
+		return mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
+	const size_t op = sizeof MFS_META_OFFSET_PREFIX - 1, rp = sizeof MFS_META_REJECTED_PREFIX - 1;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		const char *key = k.mv_data;
+		size_t kl = k.mv_size;
+		if (kl > op && memcmp(key, MFS_META_OFFSET_PREFIX, op) == 0) {
+			/* "offset/<topic>/<partition>": the topic has no '/', so split at the last one */
+			const char *slash = NULL;
+			for (size_t j = kl; j > op; j--)
+				if (key[j - 1] == '/') {
+					slash = key + j - 1;
+					break;
+				}
+			if (!slash || v.mv_size != 8 || slash == key + op) {
+				rc = mfs_errf(errstr, es, MFS_EFORMAT, "malformed offset record %.*s", (int)kl, key);
+				goto out;
+			}
+			char part[16];
+			size_t pl = (size_t)(key + kl - slash - 1);
+			if (pl == 0 || pl >= sizeof part) {
+				rc = mfs_errf(errstr, es, MFS_EFORMAT, "malformed offset record %.*s", (int)kl, key);
+				goto out;
+			}
+			memcpy(part, slash + 1, pl);
+			part[pl] = '\0';
+			mfs_snap_loaded_offset_t *no = realloc(out->offsets, (out->n_offsets + 1) * sizeof *no);
+			if (!no) {
+				rc = ENOMEM;
+				goto out;
+			}
+			out->offsets = no;
+			mfs_snap_loaded_offset_t *o = &no[out->n_offsets];
+			size_t tl = (size_t)(slash - key - (ptrdiff_t)op);
+			if (!(o->topic = strndup(key + op, tl))) {
+				rc = ENOMEM;
+				goto out;
+			}
+			o->partition = (int32_t)atoi(part);
+			o->next_offset = (int64_t)mfs_snap_get_u64(v.mv_data);
+			out->n_offsets++;
+		} else if (kl > rp && memcmp(key, MFS_META_REJECTED_PREFIX, rp) == 0 && v.mv_size == 8) {
+			for (int r = 0; r < MFS_REJ__COUNT && r < 16; r++) {
+				const char *name = mfs_reject_name(r);
+				if (strlen(name) == kl - rp && memcmp(name, key + rp, kl - rp) == 0)
+					out->rejected[r] = mfs_snap_get_u64(v.mv_data);
+			}
+		}
+	}
+	rc = rc == MDB_NOTFOUND ? 0 : mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
+out:
+	mdb_cursor_close(cur);
+	return rc;
+}
+
+int mfs_snap_load(const char *dir, mfs_model_t *m, mfs_snap_loaded_t *out, char *errstr, size_t es)
+{
+	memset(out, 0, sizeof *out);
+	char path[4096];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/data.mdb", dir);
+	if (stat(path, &st) != 0)
+		return mfs_errf(errstr, es, MFS_ENOTFOUND, "no snapshot in %s", dir);
+	if (m->n_users || m->n_items)
+		return mfs_errf(errstr, es, MFS_EINVAL, "mfs_snap_load: the model is not empty");
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_dbi dm, du, di;
+	int rc;
+	if ((rc = mdb_env_create(&env)) || (rc = mdb_env_set_maxdbs(env, MFS_SNAP_MAX_DBS)) ||
+	    (rc = mdb_env_set_maxreaders(env, MFS_SNAP_MAX_READERS)) ||
+	    (rc = mdb_env_open(env, dir, MDB_RDONLY, 0644)) || (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn))) {
+		rc = mfs_errf(errstr, es, MFS_ELMDB, "opening %s: %s", dir, mdb_strerror(rc));
+		goto out;
+	}
+	if ((rc = mdb_dbi_open(txn, MFS_SNAP_DB_META, 0, &dm))) {
+		rc = rc == MDB_NOTFOUND ? mfs_errf(errstr, es, MFS_ENOTFOUND, "no snapshot in %s", dir)
+		                        : mfs_errf(errstr, es, MFS_ELMDB, "meta: %s", mdb_strerror(rc));
+		goto out;
+	}
+	const unsigned char *val;
+	int found;
+	if ((rc = meta_get(txn, dm, MFS_META_SEQ, 8, &val, &found)) || !found) {
+		rc = rc ? mfs_errf(errstr, es, MFS_EFORMAT, "malformed seq") :
+		          mfs_errf(errstr, es, MFS_ENOTFOUND, "no snapshot in %s", dir);
+		goto out;
+	}
+	out->seq = mfs_snap_get_u64(val);
+	if ((rc = meta_get(txn, dm, MFS_META_VERSION, 4, &val, &found)) || !found ||
+	    mfs_snap_get_u32(val) != MFS_SNAP_VERSION) {
+		rc = mfs_errf(errstr, es, MFS_EVERSION, "%s: format version is not %u", dir, MFS_SNAP_VERSION);
+		goto out;
+	}
+	if ((rc = meta_get(txn, dm, MFS_META_K, 4, &val, &found)) || !found || mfs_snap_get_u32(val) != (uint32_t)m->k) {
+		rc = mfs_errf(errstr, es, MFS_EINVAL, "%s holds k = %u, the model has k = %d", dir,
+		              found && !rc ? mfs_snap_get_u32(val) : 0, m->k);
+		goto out;
+	}
+	if ((rc = mdb_dbi_open(txn, MFS_SNAP_DB_USERS, 0, &du)) || (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEMS, 0, &di))) {
+		rc = mfs_errf(errstr, es, MFS_ELMDB, "users/items: %s", mdb_strerror(rc));
+		goto out;
+	}
+	if ((rc = load_rows(txn, du, m, 0, errstr, es)) || (rc = load_rows(txn, di, m, 1, errstr, es)) ||
+	    (rc = load_meta(txn, dm, out, errstr, es)))
+		goto out;
+	out->n_users = m->n_users;
+	out->n_items = m->n_items;
+	if (!meta_get(txn, dm, MFS_META_MU, 8, &val, &found) && found)
+		m->mu = mfs_snap_get_f64(val);
+	if (!meta_get(txn, dm, MFS_META_EVENTS, 8, &val, &found) && found)
+		m->events_applied = mfs_snap_get_u64(val);
+	if (!meta_get(txn, dm, MFS_META_MU_COUNT, 8, &val, &found) && found)
+		m->mu_count = mfs_snap_get_u64(val);
+	if (!meta_get(txn, dm, MFS_META_MU_SUM, 8, &val, &found) && found)
+		m->mu_sum = mfs_snap_get_f64(val);
+	rc = 0;
+out:
+	if (txn)
+		mdb_txn_abort(txn);
+	if (env)
+		mdb_env_close(env);
+	if (rc)
+		mfs_snap_loaded_free(out);
+	return rc;
+}
+
+void mfs_snap_loaded_free(mfs_snap_loaded_t *l)
+{
+	for (size_t i = 0; i < l->n_offsets; i++)
+		free(l->offsets[i].topic);
+	free(l->offsets);
+	l->offsets = NULL;
+	l->n_offsets = 0;
+}
