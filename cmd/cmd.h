@@ -12,6 +12,7 @@ int mfs_cmd_query(int argc, char **argv);
 int mfs_cmd_predict(int argc, char **argv);
 int mfs_cmd_inspect(int argc, char **argv);
 int mfs_cmd_produce(int argc, char **argv);
+int mfs_cmd_serve(int argc, char **argv);
 int mfs_cmd_config(int argc, char **argv);
 
 /** Load the configuration chain for a subcommand (see mfs_conf_load_all), apply log.level,

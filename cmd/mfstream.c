@@ -19,6 +19,7 @@ static const struct {
 	{"predict", mfs_cmd_predict, "score 'user item' pairs from a file against a snapshot"},
 	{"inspect", mfs_cmd_inspect, "print a snapshot's meta record"},
 	{"produce", mfs_cmd_produce, "replay a ratings file or a synthetic stream into a Kafka topic"},
+	{"serve", mfs_cmd_serve, "the streaming service: consume Kafka, update the model, publish snapshots"},
 	{"config", mfs_cmd_config, "print the effective configuration (or --doc: the reference)"},
 };
 

@@ -1,0 +1,143 @@
+/* test_serve_mock.c - `mfstream serve` end to end against the embedded (mock) broker.
+ *
+ * The mock cluster runs in this process; a topic of 3 partitions gets N valid events
+ * (synthetic, batched messages through mfs_produce_run) plus one hand-built invalid message
+ * per rejection reason. `mfstream serve` runs as a child process (fork/exec), we wait until
+ * its snapshot says events_applied == N, SIGTERM it, and check: exit 0; events_applied == N
+ * exactly and mu_count == N; every rejected/<reason> == 1; the stored offset of every
+ * partition == its high watermark (low watermarks 0: the mock kept everything). A second run
+ * on the same snapshot with nothing new applies nothing twice. serve.dead_letter_topic: each
+ * invalid message is copied raw, once, with header mfs.reason = its reason.
+ */
+#include "serve_help.h"
+
+#define N_PARTS 3
+#define N_EVENTS 50000
+
+/* The dead-letter topic holds each invalid message once, raw, with header mfs.reason. */
+static void check_dead_letters(const char *bs)
+{
+	char e[512];
+	rd_kafka_conf_t *kc;
+	static const char *const defaults[] = {"group.id", "mfs-test-dlq-reader", "enable.auto.commit", "false", NULL};
+	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
+	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
+	TEST_ASSERT_MSG(rk != NULL, "%s", e);
+	if (!rk)
+		return;
+	rd_kafka_poll_set_consumer(rk);
+	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(tp, "dead-letters", 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	TEST_OK(rd_kafka_assign(rk, tp));
+	rd_kafka_topic_partition_list_destroy(tp);
+	int seen[SH_N_BAD] = {0}, n = 0;
+	double end = mfs_now_s() + 10;
+	while (n < (int)SH_N_BAD && mfs_now_s() < end) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+		if (!m)
+			continue;
+		if (!m->err) {
+			n++;
+			rd_kafka_headers_t *h = NULL;
+			const void *hv = NULL;
+			size_t hl = 0;
+			int found = rd_kafka_message_headers(m, &h) == 0 && rd_kafka_header_get_last(h, "mfs.reason", &hv, &hl) == 0;
+			TEST_ASSERT_MSG(found, "dead letter at %" PRId64 " has no mfs.reason header", m->offset);
+			for (size_t j = 0; found && j < SH_N_BAD; j++)
+				if (m->len == sh_bad[j].len && memcmp(m->payload, sh_bad[j].bytes, m->len) == 0) {
+					const char *want = mfs_reject_name(sh_bad[j].reason);
+					TEST_ASSERT_MSG(hl == strlen(want) && memcmp(hv, want, hl) == 0, "reason %.*s, want %s", (int)hl,
+					                (const char *)hv, want);
+					seen[j]++;
+				}
+		}
+		rd_kafka_message_destroy(m);
+	}
+	for (size_t j = 0; j < SH_N_BAD; j++)
+		TEST_ASSERT_MSG(seen[j] == 1, "invalid message #%zu (%s) dead-lettered %d times", j,
+		                mfs_reject_name(sh_bad[j].reason), seen[j]);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+}
+
+static void test_serve_exactly_once(void)
+{
+	char e[512];
+	mfs_mock_broker_t *mb = NULL;
+	TEST_OK(mfs_mock_broker_open(3, &mb, e, sizeof e));
+	if (!mb)
+		return;
+	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings";
+	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
+	TEST_OK(mfs_mock_broker_create_topic(mb, "dead-letters", 1, e, sizeof e));
+	uint64_t n = sh_produce_valid(bs, topic, N_EVENTS, 11);
+	TEST_EQ_INT(n, N_EVENTS);
+	sh_produce_bad(bs, topic, N_PARTS);
+
+	char dir[300], snap[320], log[320];
+	snprintf(dir, sizeof dir, "%s", test_tmpdir());
+	snprintf(snap, sizeof snap, "%s/snap", dir);
+	snprintf(log, sizeof log, "%s/serve.log", dir);
+	double t0 = mfs_now_s();
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters");
+	int died;
+	sh_snap_t s = sh_wait_events(snap, pid, n, 90, &died);
+	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
+	TEST_ASSERT_MSG(s.found && s.events == n, "events_applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, n, log);
+	fprintf(stderr, "  %" PRIu64 " events applied and published in %.2f s\n", s.events, mfs_now_s() - t0);
+	/* the rejected messages are in the same partitions: give the last snapshot a moment */
+	struct timespec ts = {0, 400 * 1000000};
+	nanosleep(&ts, NULL);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
+
+	int64_t lo[N_PARTS], hi[N_PARTS];
+	sh_watermarks(bs, topic, N_PARTS, lo, hi);
+	s = sh_read(snap);
+	TEST_ASSERT(s.found);
+	TEST_EQ_INT(s.events, n);
+	TEST_EQ_INT(s.mu_count, n);
+	/* test-then-train RMSE of the last interval: a learning model on ratings in [1, 5] */
+	TEST_ASSERT_MSG(isfinite(s.pq_rmse) && s.pq_rmse > 0.1 && s.pq_rmse < 1.6, "prequential_rmse %g", s.pq_rmse);
+	for (int r = 0; r < MFS_REJ__COUNT; r++)
+		TEST_ASSERT_MSG(s.rejected[r] == 1, "rejected/%s = %" PRIu64, mfs_reject_name(r), s.rejected[r]);
+	for (int p = 0; p < N_PARTS; p++) {
+		TEST_ASSERT_MSG(lo[p] == 0, "[%d] low watermark %" PRId64, p, lo[p]);
+		TEST_ASSERT_MSG(hi[p] > 0 && s.off[p] == hi[p], "[%d] stored offset %" PRId64 ", high watermark %" PRId64, p,
+		                s.off[p], hi[p]);
+	}
+
+	check_dead_letters(bs);
+
+	/* restart on the same snapshot (another group: committed offsets must not matter) */
+	uint64_t seq = s.seq;
+	pid = sh_spawn(bs, topic, snap, "mfs-test-serve-2", log, NULL);
+	nanosleep(&(struct timespec){3, 0}, NULL);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
+	s = sh_read(snap);
+	TEST_EQ_INT(s.events, n);
+	TEST_EQ_INT(s.mu_count, n);
+	TEST_ASSERT_MSG(s.seq == seq, "a restart with nothing new published seq %" PRIu64 " (was %" PRIu64 ")", s.seq,
+	                seq);
+	for (int p = 0; p < N_PARTS; p++)
+		TEST_EQ_INT(s.off[p], hi[p]);
+	/* the reader sees real factors */
+	mfs_snap_t *h = NULL;
+	TEST_OK(mfs_snap_open(snap, &h, e, sizeof e));
+	if (h) {
+		mfs_snap_meta_t m;
+		TEST_OK(mfs_snap_get_meta(h, &m));
+		TEST_ASSERT(m.n_users > 100 && m.n_items > 100 && m.k == 16);
+		TEST_ASSERT(m.mu > 1 && m.mu < 5);
+		mfs_snap_close(h);
+	}
+	mfs_mock_broker_close(mb);
+}
+
+int main(void)
+{
+	if (access(test_bin(), X_OK) != 0)
+		TEST_SKIP("no mfstream binary at %s", test_bin());
+	TEST_RUN(test_serve_exactly_once);
+	return TEST_REPORT();
+}
