@@ -183,8 +183,35 @@ enum mfs_snap_meta_type {
 	MFS_SNAP_T_ASCII,
 };
 
-/** Type of a meta key (key is not NUL-terminated). Offsets keys are MFS_SNAP_T_I64. */
-static inline int mfs_snap_meta_type(const char *key, size_t len)
+/* optional v1 meta keys written by `mfstream serve` (docs/SNAPSHOT_FORMAT.md) */
+#define MFS_META_MU_COUNT "mu_count"          /* u64: ratings behind mu */
+#define MFS_META_MU_SUM "mu_sum"              /* f64: their sum */
+#define MFS_META_PQ_RMSE "prequential_rmse"   /* f64: test-then-train RMSE since the previous snapshot */
+#define MFS_META_PQ_N "prequential_n"         /* u64: events behind it (0: value carried over) */
+#define MFS_META_REJECTED_PREFIX "rejected/"  /* "rejected/<reason>" -> u64 messages rejected */
+
+/** Type of an optional meta key (extra records a writer may add), or MFS_SNAP_T_UNKNOWN. */
+static inline int mfs_snap_meta_type_optional(const char *key, size_t len)
+{
+	const size_t rlen = sizeof MFS_META_REJECTED_PREFIX - 1;
+	if (len > rlen && memcmp(key, MFS_META_REJECTED_PREFIX, rlen) == 0)
+		return MFS_SNAP_T_U64;
+	static const struct {
+		const char *k;
+		int t;
+	} tab[] = {
+		{MFS_META_MU_COUNT, MFS_SNAP_T_U64}, {MFS_META_MU_SUM, MFS_SNAP_T_F64},
+		{MFS_META_PQ_RMSE, MFS_SNAP_T_F64},  {MFS_META_PQ_N, MFS_SNAP_T_U64},
+	};
+	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+		if (strlen(tab[i].k) == len && memcmp(tab[i].k, key, len) == 0)
+			return tab[i].t;
+	return MFS_SNAP_T_UNKNOWN;
+}
+
+/** Type of a core meta key, the ones the writer owns (key is not NUL-terminated). Offsets
+ *  keys are MFS_SNAP_T_I64. */
+static inline int mfs_snap_meta_type_core(const char *key, size_t len)
 {
 	static const struct {
 		const char *k;
@@ -205,6 +232,13 @@ static inline int mfs_snap_meta_type(const char *key, size_t len)
 		if (strlen(tab[i].k) == len && memcmp(tab[i].k, key, len) == 0)
 			return tab[i].t;
 	return MFS_SNAP_T_UNKNOWN;
+}
+
+/** Type of any known meta key, core or optional. */
+static inline int mfs_snap_meta_type(const char *key, size_t len)
+{
+	int t = mfs_snap_meta_type_core(key, len);
+	return t != MFS_SNAP_T_UNKNOWN ? t : mfs_snap_meta_type_optional(key, len);
 }
 
 #endif

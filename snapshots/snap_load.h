@@ -14,12 +14,7 @@
 
 #include "model_store/store.h"
 
-/* optional meta keys written by `mfstream serve` (docs/SNAPSHOT_FORMAT.md) */
-#define MFS_META_MU_COUNT "mu_count"          /* u64: ratings behind mu */
-#define MFS_META_MU_SUM "mu_sum"              /* f64: their sum */
-#define MFS_META_PQ_RMSE "prequential_rmse"  /* f64: test-then-train RMSE since the previous snapshot */
-#define MFS_META_PQ_N "prequential_n"        /* u64: events behind it (0: value carried over) */
-#define MFS_META_REJECTED_PREFIX "rejected/"  /* "rejected/<reason>" -> u64 messages rejected */
+/* the optional meta keys of `mfstream serve` are defined in snapshots/snap_format.h */
 
 typedef struct mfs_snap_loaded_offset {
 	char *topic;

@@ -310,7 +310,7 @@ static int check_info(const mfs_model_t *m, const mfs_snap_info_t *info, char *e
 	for (size_t i = 0; i < info->n_extra; i++) {
 		const mfs_snap_extra_t *x = &info->extra[i];
 		size_t len = x->key ? strlen(x->key) : 0;
-		if (len == 0 || len > 200 || mfs_snap_meta_type(x->key, len) != MFS_SNAP_T_UNKNOWN)
+		if (len == 0 || len > 200 || mfs_snap_meta_type_core(x->key, len) != MFS_SNAP_T_UNKNOWN)
 			return mfs_errf(errstr, es, MFS_EINVAL, "extra %zu: bad or reserved meta key \"%s\"", i,
 			                x->key ? x->key : "(null)");
 		if (x->type != MFS_SNAP_T_U64 && x->type != MFS_SNAP_T_F64)

@@ -56,7 +56,10 @@ META_TYPES = {
     "events_applied": "<Q", "learning_rate": "<d", "last_loss": "<d",
     "rating_min": "<d", "rating_max": "<d",
 }
+# optional v1 keys written by `mfstream serve` (absent from offline snapshots)
+OPTIONAL_TYPES = {"mu_count": "<Q", "mu_sum": "<d", "prequential_rmse": "<d", "prequential_n": "<Q"}
 OFFSET_PREFIX = "offset/"
+REJECTED_PREFIX = "rejected/"  # "rejected/<reason>" -> u64
 
 _CANONICAL = re.compile(rb"0|[1-9][0-9]{0,19}")
 
@@ -205,8 +208,12 @@ class Snapshot:
         for key, val in raw.items():
             if key.startswith(OFFSET_PREFIX):
                 fmt = "<q"
+            elif key.startswith(REJECTED_PREFIX):
+                fmt = "<Q"
             elif key in META_TYPES:
                 fmt = META_TYPES[key]
+            elif key in OPTIONAL_TYPES:
+                fmt = OPTIONAL_TYPES[key]
             else:
                 meta[key] = val.hex()        # a key from a newer writer
                 continue
