@@ -22,33 +22,6 @@
 static const char predict_usage[] = "usage: mfstream predict --snapshot DIR --pairs FILE|-\n"
                                     "each line: \"user item\" (separated by spaces, tabs or a comma)\n";
 
-/* Remove every "--name VALUE" / "--name=VALUE" from argv; the last one wins.
- * @return 1 found, 0 absent, -1 a flag without its value. */
-static int take_flag(int *argc, char **argv, const char *name, const char **val)
-{
-	size_t n = strlen(name);
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		int used = 0;
-		if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') {
-			*val = argv[i] + n + 1;
-			used = 1;
-		} else if (strcmp(argv[i], name) == 0) {
-			if (i + 1 >= *argc)
-				return -1;
-			*val = argv[i + 1];
-			used = 2;
-		}
-		if (!used) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used) * sizeof *argv);
-		*argc -= used;
-		found = 1;
-	}
-	return found;
-}
 
 static int is_sep(char c) { return c == ' ' || c == '\t' || c == ','; }
 
@@ -87,7 +60,7 @@ int mfs_cmd_predict(int argc, char **argv)
 		fputs(predict_usage, stdout);
 		return 0;
 	}
-	if (take_flag(&ac, av, "--pairs", &pairs) < 0) {
+	if (mfs_cmd_take_flag(&ac, av, "--pairs", &pairs) < 0) {
 		fprintf(stderr, "mfstream predict: --pairs needs a file name\n%s", predict_usage);
 		return 2;
 	}

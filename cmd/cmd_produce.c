@@ -60,48 +60,7 @@ static void on_signal(int sig)
 	produce_stop = 1;
 }
 
-/* Remove every "--name VALUE" / "--name=VALUE" from argv; the last one wins.
- * @return 1 found, 0 absent, -1 a flag without its value. (As in cmd_query.c.) */
-static int take_flag(int *argc, char **argv, const char *name, const char **val)
-{
-	size_t n = strlen(name);
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		int used = 0;
-		if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') {
-			*val = argv[i] + n + 1;
-			used = 1;
-		} else if (strcmp(argv[i], name) == 0) {
-			if (i + 1 >= *argc)
-				return -1;
-			*val = argv[i + 1];
-			used = 2;
-		}
-		if (!used) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used) * sizeof *argv);
-		*argc -= used;
-		found = 1;
-	}
-	return found;
-}
 
-static int take_bool(int *argc, char **argv, const char *name)
-{
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		if (strcmp(argv[i], name) != 0) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i - 1) * sizeof *argv);
-		(*argc)--;
-		found = 1;
-	}
-	return found;
-}
 
 /* A whole number in [lo, hi], or a finite double >= 0 when lo < 0 (for --rate). */
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -147,16 +106,16 @@ int mfs_cmd_produce(int argc, char **argv)
 	int ac = argc - 1;
 	char **av = argv + 1;
 	const char *brokers = NULL, *topic = NULL, *s_rate = NULL, *s_batch = NULL, *s_parts = NULL;
-	if (take_flag(&ac, av, "--brokers", &brokers) < 0 || take_flag(&ac, av, "--topic", &topic) < 0 ||
-	    take_flag(&ac, av, "--rate", &s_rate) < 0 || take_flag(&ac, av, "--batch", &s_batch) < 0 ||
-	    take_flag(&ac, av, "--partitions", &s_parts) < 0) {
+	if (mfs_cmd_take_flag(&ac, av, "--brokers", &brokers) < 0 || mfs_cmd_take_flag(&ac, av, "--topic", &topic) < 0 ||
+	    mfs_cmd_take_flag(&ac, av, "--rate", &s_rate) < 0 || mfs_cmd_take_flag(&ac, av, "--batch", &s_batch) < 0 ||
+	    mfs_cmd_take_flag(&ac, av, "--partitions", &s_parts) < 0) {
 		fprintf(stderr, "mfstream produce: a flag is missing its value\n");
 		fprintf(stderr, produce_usage, PRODUCE_BATCH_DEFAULT, PRODUCE_EMBEDDED_PARTITIONS);
 		return 2;
 	}
-	int synthetic = take_bool(&ac, av, "--synthetic");
-	int compact = take_bool(&ac, av, "--compact");
-	int embedded = take_bool(&ac, av, "--embedded-broker");
+	int synthetic = mfs_cmd_take_bool(&ac, av, "--synthetic");
+	int compact = mfs_cmd_take_bool(&ac, av, "--compact");
+	int embedded = mfs_cmd_take_bool(&ac, av, "--embedded-broker");
 	double rate = 0, batch = PRODUCE_BATCH_DEFAULT, parts = 0;
 	if ((s_rate && parse_num("--rate", s_rate, 0, 1e12, &rate)) ||
 	    (s_batch && parse_num("--batch", s_batch, 1, MFS_PRODUCER_BATCH_MAX, &batch)) ||

@@ -28,48 +28,7 @@ static const char query_usage[] =
 	"       mfstream query --snapshot DIR --item ID [--json]\n"
 	"ids: a canonical decimal is a u64 id; anything else (or \"str:...\") is a string id\n";
 
-/* Remove every "--name VALUE" / "--name=VALUE" from argv; the last one wins.
- * @return 1 found, 0 absent, -1 a flag without its value. */
-static int take_flag(int *argc, char **argv, const char *name, const char **val)
-{
-	size_t n = strlen(name);
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		int used = 0;
-		if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') {
-			*val = argv[i] + n + 1;
-			used = 1;
-		} else if (strcmp(argv[i], name) == 0) {
-			if (i + 1 >= *argc)
-				return -1;
-			*val = argv[i + 1];
-			used = 2;
-		}
-		if (!used) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used) * sizeof *argv);
-		*argc -= used;
-		found = 1;
-	}
-	return found;
-}
 
-static int take_bool(int *argc, char **argv, const char *name)
-{
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		if (strcmp(argv[i], name) != 0) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i - 1) * sizeof *argv);
-		(*argc)--;
-		found = 1;
-	}
-	return found;
-}
 
 /* JSON string with the escapes JSON requires; other bytes (UTF-8) go through as they are. */
 static void json_str(FILE *f, const char *s, size_t len)
@@ -215,12 +174,12 @@ int mfs_cmd_query(int argc, char **argv)
 		fputs(query_usage, stdout);
 		return 0;
 	}
-	if (take_flag(&ac, av, "--user", &user) < 0 || take_flag(&ac, av, "--item", &item) < 0 ||
-	    take_flag(&ac, av, "--top", &top) < 0) {
+	if (mfs_cmd_take_flag(&ac, av, "--user", &user) < 0 || mfs_cmd_take_flag(&ac, av, "--item", &item) < 0 ||
+	    mfs_cmd_take_flag(&ac, av, "--top", &top) < 0) {
 		fprintf(stderr, "mfstream query: a flag is missing its value\n%s", query_usage);
 		return 2;
 	}
-	int json = take_bool(&ac, av, "--json");
+	int json = mfs_cmd_take_bool(&ac, av, "--json");
 	mfs_conf_t conf;
 	int n_pos = 0;
 	if (mfs_cmd_conf("query", ac, av, NULL, &conf, NULL, 0, &n_pos))

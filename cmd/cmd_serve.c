@@ -40,49 +40,7 @@ static void on_signal(int sig)
 	serve_stop = 1;
 }
 
-/* Take every "--name V" / "--name=V" out of argv into vals (at most max). @return count or -1. */
-static int take_all(int *argc, char **argv, const char *name, const char **vals, int max)
-{
-	size_t n = strlen(name);
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		int used = 0;
-		const char *v = NULL;
-		if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') {
-			v = argv[i] + n + 1;
-			used = 1;
-		} else if (strcmp(argv[i], name) == 0) {
-			if (i + 1 >= *argc)
-				return -1;
-			v = argv[i + 1];
-			used = 2;
-		}
-		if (!used) {
-			i++;
-			continue;
-		}
-		if (found < max)
-			vals[found++] = v;
-		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used) * sizeof *argv);
-		*argc -= used;
-	}
-	return found;
-}
 
-static int take_bool(int *argc, char **argv, const char *name)
-{
-	int found = 0;
-	for (int i = 0; i < *argc;) {
-		if (strcmp(argv[i], name) != 0) {
-			i++;
-			continue;
-		}
-		memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i - 1) * sizeof *argv);
-		(*argc)--;
-		found = 1;
-	}
-	return found;
-}
 
 int mfs_cmd_serve(int argc, char **argv)
 {
@@ -94,13 +52,13 @@ int mfs_cmd_serve(int argc, char **argv)
 	int ac = argc - 1;
 	char **av = argv + 1;
 	const char *brokers_v[1] = {NULL}, *parts_v[1] = {NULL}, *topic_v[SERVE_MAX_TOPICS];
-	int nb = take_all(&ac, av, "--brokers", brokers_v, 1), np = take_all(&ac, av, "--partitions", parts_v, 1);
-	int nt = take_all(&ac, av, "--topic", topic_v, SERVE_MAX_TOPICS);
+	int nb = mfs_cmd_take_all(&ac, av, "--brokers", brokers_v, 1), np = mfs_cmd_take_all(&ac, av, "--partitions", parts_v, 1);
+	int nt = mfs_cmd_take_all(&ac, av, "--topic", topic_v, SERVE_MAX_TOPICS);
 	if (nb < 0 || np < 0 || nt < 0) {
 		fprintf(stderr, "mfstream serve: a flag is missing its value\n%s", serve_usage);
 		return 2;
 	}
-	int embedded = take_bool(&ac, av, "--embedded-broker");
+	int embedded = mfs_cmd_take_bool(&ac, av, "--embedded-broker");
 	mfs_conf_t c;
 	char *pos[1];
 	int n_pos = 0;
