@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# The README's first command: install what is missing, build, train a model on a synthetic
-# stream (or on the ratings file given as $1), publish a snapshot and answer queries from it.
+# The README's first command: install what is missing, build, then
+#   1. train a model offline on a synthetic stream (or on the ratings file given as $1),
+#      publish a snapshot and answer queries from it (C CLI and Python reader);
+#   2. go live: `mfstream serve` on an embedded Kafka broker, learning from an empty model
+#      while `mfstream produce` streams another synthetic world into it; the live snapshot's
+#      event count and test-then-train RMSE (each event scored before it is learned) are
+#      printed as they change; a final query reads the live snapshot, and SIGTERM stops the
+#      service cleanly with a final snapshot.
 # Runs on the GPU when one answers, else on the CPU (engine.kind=auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +23,38 @@ if [ -z "$input" ]; then
 fi
 snap=.data/demo-snapshot
 rm -rf "$snap"
+echo "== 1. offline: train and publish"
 "$bin" train --input "$input" --snapshot "$snap" --epochs "${EPOCHS:-10}" --engine auto
 echo; "$bin" inspect --snapshot "$snap"
 echo; echo "top 5 items for user 1:"; "$bin" query --snapshot "$snap" --user 1 --top 5
 echo; echo "the same from the Python reader:"
 /usr/bin/python3 snapshots/reader/python/mfsnap.py "$snap" --user 1 --top 5
+
+echo; echo "== 2. live: serve on an embedded broker, stream new ratings into it"
+log=.data/demo-serve.log
+live=.data/demo-live-snapshot
+rm -rf "$live"
+"$bin" serve --embedded-broker --partitions 4 --topic ratings --snapshot "$live" --engine auto \
+	--serve.snapshot_ms 250 --log-level warn >"$log" 2>&1 &
+serve=$!
+trap 'kill -TERM $serve 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "bootstrap=" "$log" && break; sleep 0.1; done
+addr=$(sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p' "$log" | head -1)
+[ -n "$addr" ] || { echo "serve did not start:"; cat "$log"; exit 1; }
+"$bin" produce --brokers "$addr" --topic ratings --synthetic --gen.ratings "${LIVE:-1000000}" \
+	--gen.users 5000 --gen.items 2000 --gen.zipf 0.8 --gen.noise 0.5 --gen.seed 2 --rate 100000 \
+	--batch 500 >.data/demo-produce.out 2>&1 &
+prod=$!
+printf '%8s %14s %18s\n' seconds events_applied prequential_rmse
+for t in $(seq 1 60); do
+	sleep 0.5
+	m=$("$bin" inspect --snapshot "$live" 2>/dev/null) || continue
+	printf '%8s %14s %18s\n' "$(awk -v t="$t" 'BEGIN { printf "%.1f", t / 2 }')" \
+		"$(echo "$m" | sed -n 's/^events_applied = //p')" "$(echo "$m" | sed -n 's/^prequential_rmse = //p')"
+	kill -0 $prod 2>/dev/null || break
+done
+wait $prod && tail -1 .data/demo-produce.out
+sleep 0.5
+echo; echo "top 5 items for user 1 from the live snapshot:"; "$bin" query --snapshot "$live" --user 1 --top 5
+kill -TERM $serve; wait $serve && echo "serve stopped cleanly (final snapshot published)"
+trap - EXIT
