@@ -278,6 +278,56 @@ static void test_hogwild_statistical(void)
 	free(qi);
 }
 
+/* Streaming batches with a hot item (30 % of all ratings): the batch path must scale hot rows
+ * like sets do. Before it did, `serve --engine cuda` drove a row to inf on a Zipf stream. */
+static void test_hogwild_batches_skewed(void)
+{
+	const uint32_t U = 20000, I = 2000;
+	const size_t N = 600000, B = 65536;
+	struct batch tr = random_batch(N, U, I, 31), te = random_batch(40000, U, I, 32);
+	mfs_rng_t rng;
+	mfs_rng_seed(&rng, 33);
+	for (struct batch *b = &tr; b; b = (b == &tr) ? &te : NULL)
+		for (size_t x = 0; x < b->n; x++) {
+			if (mfs_rng_uniform(&rng) < 0.3)
+				b->i[x] = 0;
+			b->r[x] = (float)(3.5 + 0.3 * ((int)(b->u[x] % 7) - 3) / 3.0 + (b->i[x] == 0 ? 0.8 : 0) +
+			                  0.5 * mfs_rng_normal(&rng));
+		}
+	double rmse[2] = {0, 0};
+	for (int g = 0; g < 2; g++) {
+		mfs_model_t *m = make_model(128, U, I, 4);
+		mfs_engine_t *e = open_engine(g ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, g ? 0 : 1, m);
+		if (!e) {
+			mfs_model_free(m);
+			continue;
+		}
+		TEST_OK(mfs_engine_set_hparams(e, &HP));
+		for (int pass = 0; pass < 5; pass++)
+			for (size_t a = 0; a < N; a += B) {
+				mfs_batch_t mb = {tr.u + a, tr.i + a, tr.r + a, a + B < N ? B : N - a};
+				TEST_OK(mfs_engine_sgd(e, &mb));
+			}
+		TEST_OK(mfs_engine_sync(e));
+		size_t bad = 0;
+		for (size_t x = 0; x < (size_t)m->n_users * m->k; x++)
+			bad += !isfinite(m->P[x]);
+		for (size_t x = 0; x < (size_t)m->n_items * m->k; x++)
+			bad += !isfinite(m->Q[x]);
+		TEST_ASSERT_MSG(bad == 0, "%zu non-finite factors (%s)", bad, g ? "cuda" : "cpu");
+		mfs_loss_t l;
+		mfs_batch_t mte = {te.u, te.i, te.r, te.n};
+		TEST_OK(mfs_engine_loss(e, &mte, &l));
+		rmse[g] = l.rmse;
+		fprintf(stderr, "  skewed batches %s: test RMSE %.4f\n", g ? "cuda hogwild" : "cpu deterministic", l.rmse);
+		mfs_engine_close(e);
+		mfs_model_free(m);
+	}
+	TEST_ASSERT_MSG(fabs(rmse[1] - rmse[0]) <= 0.01 * rmse[0], "cuda %.4f vs cpu %.4f", rmse[1], rmse[0]);
+	free_batch(&tr);
+	free_batch(&te);
+}
+
 int main(void)
 {
 	if (!mfs_engine_cuda_available())
@@ -286,10 +336,12 @@ int main(void)
 	TEST_RUN(test_parity_edges);
 	TEST_RUN(test_parity_growth);
 	TEST_RUN(test_hogwild_statistical);
+	TEST_RUN(test_hogwild_batches_skewed);
 	/* the same cases with fp16 factor storage */
 	g_fp16 = 1;
 	TEST_RUN(test_parity_ranks);
 	TEST_RUN(test_parity_growth);
 	TEST_RUN(test_hogwild_statistical);
+	TEST_RUN(test_hogwild_batches_skewed);
 	return TEST_REPORT();
 }
