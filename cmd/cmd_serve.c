@@ -100,11 +100,8 @@ int mfs_cmd_serve(int argc, char **argv)
 		usage_err = "--topic T (or serve.topics) is required";
 	else if (!*c.snapshot_dir)
 		usage_err = "--snapshot DIR (snapshot.dir) is required";
-	else if (embedded && brokers)
-		usage_err = "--brokers and --embedded-broker exclude each other";
-	else if (!embedded && !brokers && !mfs_kafka_conf_has(&c, "bootstrap.servers") &&
-	         !mfs_kafka_conf_has(&c, "metadata.broker.list"))
-		usage_err = "--brokers B (or kafka.bootstrap.servers) or --embedded-broker is required";
+	else if ((usage_err = mfs_kafka_broker_choice_error(&c, brokers, embedded)))
+		;
 	else if (c.rating_min >= c.rating_max)
 		usage_err = "rating.min must be below rating.max";
 	if (usage_err) {

@@ -52,17 +52,6 @@ static void fmt_eta(char *buf, size_t n, double s)
 		snprintf(buf, n, "%.1fh", s / 3600);
 }
 
-static void hparams_from(const mfs_conf_t *c, double lr, mfs_hparams_t *hp)
-{
-	hp->lr = (float)lr;
-	hp->lambda_p = (float)c->sgd_lambda_p;
-	hp->lambda_q = (float)c->sgd_lambda_q;
-	hp->lambda_bu = (float)c->sgd_lambda_bu;
-	hp->lambda_bi = (float)c->sgd_lambda_bi;
-	hp->clip_min = (float)c->rating_min;
-	hp->clip_max = (float)c->rating_max;
-}
-
 int mfs_cmd_train(int argc, char **argv)
 {
 	mfs_conf_t c;
@@ -127,7 +116,7 @@ int mfs_cmd_train(int argc, char **argv)
 	mfs_lr_t lr;
 	mfs_lr_init(&lr, &c);
 	mfs_hparams_t hp;
-	hparams_from(&c, lr.lr, &hp);
+	mfs_hparams_from(&c, lr.lr, &hp);
 	mfs_batch_t bt = mfs_ratings_batch(&train), bs = mfs_ratings_batch(&test);
 	if ((rc = mfs_engine_set_hparams(e, &hp)) || (rc = mfs_engine_set_load(e, &bt, &strain)) ||
 	    (test.n && (rc = mfs_engine_set_load(e, &bs, &stest)))) {
@@ -165,7 +154,7 @@ int mfs_cmd_train(int argc, char **argv)
 		}
 		last_train = lt.rmse;
 		double used_lr = hp.lr;
-		hparams_from(&c, mfs_lr_update(&lr, lt.rmse), &hp);
+		mfs_hparams_from(&c, mfs_lr_update(&lr, lt.rmse), &hp);
 		if ((rc = mfs_engine_set_hparams(e, &hp)))
 			goto out;
 		char rate[32], eta[32], trs[16], tes[16], tem[16];

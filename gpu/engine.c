@@ -72,6 +72,17 @@ void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
 	out->dtype = c->model_dtype;
 }
 
+void mfs_hparams_from(const struct mfs_conf *c, double lr, mfs_hparams_t *out)
+{
+	out->lr = (float)lr;
+	out->lambda_p = (float)c->sgd_lambda_p;
+	out->lambda_q = (float)c->sgd_lambda_q;
+	out->lambda_bu = (float)c->sgd_lambda_bu;
+	out->lambda_bi = (float)c->sgd_lambda_bi;
+	out->clip_min = (float)c->rating_min;
+	out->clip_max = (float)c->rating_max;
+}
+
 /* AUTO: CUDA if this build has the engine and the device answers, else CPU. */
 static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 {
@@ -140,11 +151,7 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	 * clipping (a loss pass before set_hparams still means something). */
 	mfs_conf_t defaults;
 	if (mfs_conf_init(&defaults) == 0) {
-		e->hp.lr = (float)defaults.sgd_lr;
-		e->hp.lambda_p = (float)defaults.sgd_lambda_p;
-		e->hp.lambda_q = (float)defaults.sgd_lambda_q;
-		e->hp.lambda_bu = (float)defaults.sgd_lambda_bu;
-		e->hp.lambda_bi = (float)defaults.sgd_lambda_bi;
+		mfs_hparams_from(&defaults, defaults.sgd_lr, &e->hp);
 		mfs_conf_free(&defaults);
 	} else {
 		free(e);

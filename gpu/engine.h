@@ -66,8 +66,11 @@ typedef struct mfs_engine_conf {
 	                      engine and the host model are always fp32; arithmetic is fp32) */
 } mfs_engine_conf_t;
 
-/** Fill an engine conf from the configuration table (engine.*, model.seed). */
+/** Fill an engine conf from the configuration table (engine.*, model.seed, model.dtype). */
 void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out);
+/** Hyperparameters from the configuration table (sgd.* lambdas, rating.min/max as the clip
+ *  range) with learning rate lr (the controller's current rate, or sgd.lr). */
+void mfs_hparams_from(const struct mfs_conf *c, double lr, mfs_hparams_t *out);
 
 /** Open an engine on model m. AUTO picks CUDA when compiled in and a device answers, else CPU.
  *  @return 0, MFS_ENODEV (kind not available), MFS_EINVAL, ENOMEM, MFS_EGPU. */

@@ -151,3 +151,13 @@ void mfs_mock_broker_close(mfs_mock_broker_t *mb)
 		rd_kafka_destroy(mb->mb_rk);
 	free(mb);
 }
+
+const char *mfs_kafka_broker_choice_error(const mfs_conf_t *c, const char *brokers, int embedded)
+{
+	if (embedded && brokers)
+		return "--brokers and --embedded-broker exclude each other";
+	if (!embedded && !brokers && !mfs_kafka_conf_has(c, "bootstrap.servers") &&
+	    !mfs_kafka_conf_has(c, "metadata.broker.list"))
+		return "--brokers B (or kafka.bootstrap.servers) or --embedded-broker is required";
+	return NULL;
+}

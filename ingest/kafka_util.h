@@ -28,6 +28,9 @@ int mfs_kafka_conf_new_with(const mfs_conf_t *c, const char *const *defaults, rd
 
 /** Did the user set librdkafka property key (without "kafka.") in c? */
 int mfs_kafka_conf_has(const mfs_conf_t *c, const char *key);
+/** The broker choice of a command (--brokers B, kafka.bootstrap.servers, or --embedded-broker):
+ *  NULL when it is valid, else the usage message to print. */
+const char *mfs_kafka_broker_choice_error(const mfs_conf_t *c, const char *brokers, int embedded);
 
 /** The route of librdkafka logs into mfs_log (set by mfs_kafka_conf_new; exposed for confs
  *  made elsewhere). */

@@ -387,8 +387,8 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 		goto out;
 	s.grown_users = s.m->n_users;
 	s.grown_items = s.m->n_items;
-	mfs_hparams_t hp = {(float)c->sgd_lr, (float)c->sgd_lambda_p, (float)c->sgd_lambda_q, (float)c->sgd_lambda_bu,
-	                    (float)c->sgd_lambda_bi, (float)c->rating_min, (float)c->rating_max};
+	mfs_hparams_t hp;
+	mfs_hparams_from(c, c->sgd_lr, &hp);
 	if ((rc = mfs_engine_set_hparams(s.e, &hp))) {
 		mfs_errf(errstr, es, rc, "engine: %s", mfs_strerror(rc));
 		goto out;
