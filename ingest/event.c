@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include <msgpack.h>
+#include <xxhash.h>
 
 #include "common/check.h"
 #include "common/err.h"
@@ -791,4 +792,27 @@ int mfs_event_encode(mfs_buf_t *b, const mfs_event_t *ev, size_t n, int as_array
 fail:
 	b->len = start; /* all or nothing: no half event is left behind */
 	return ENOMEM;
+}
+
+/* ---- fingerprints ------------------------------------------------------------------- */
+
+static uint64_t id_hash(const mfs_id_t *id, uint64_t seed)
+{
+	if (id->kind == MFS_ID_U64)
+		return XXH3_64bits_withSeed(&id->num, sizeof id->num, seed ^ MFS_ID_U64);
+	return XXH3_64bits_withSeed(id->str, id->len, seed ^ MFS_ID_STR);
+}
+
+uint64_t mfs_event_digest(const mfs_event_t *ev)
+{
+	uint32_t rb;
+	memcpy(&rb, &ev->rating, sizeof rb);
+	uint64_t h[3] = {id_hash(&ev->user, 0x75), id_hash(&ev->item, 0x69), rb};
+	return XXH3_64bits(h, sizeof h);
+}
+
+double mfs_event_holdout_u(const mfs_event_t *ev)
+{
+	uint64_t h[2] = {id_hash(&ev->user, 0x48), id_hash(&ev->item, 0x4f)};
+	return (double)(XXH3_64bits(h, sizeof h) >> 11) * 0x1.0p-53;
 }

@@ -58,6 +58,13 @@ void mfs_events_free(mfs_events_t *es);
 int mfs_event_decode(const void *buf, size_t len, const mfs_event_opts_t *opts, mfs_events_t *out,
                      int *reason, long *index, char *detail, size_t detail_size);
 
+/** A 64-bit fingerprint of an event's user, item and rating (not its timestamp). The service
+ *  publishes the sum (mod 2^64) over every valid event it has taken in (meta events_digest), so
+ *  a test can prove the multiset of applied events, not only their number. */
+uint64_t mfs_event_digest(const mfs_event_t *ev);
+/** The holdout draw of an event: a uniform value in [0, 1) from a hash of user and item. */
+double mfs_event_holdout_u(const mfs_event_t *ev);
+
 /** A growable byte buffer (producer and tests). */
 typedef struct mfs_buf {
 	char *data;

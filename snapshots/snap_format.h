@@ -189,6 +189,10 @@ enum mfs_snap_meta_type {
 #define MFS_META_PQ_RMSE "prequential_rmse"   /* f64: test-then-train RMSE since the previous snapshot */
 #define MFS_META_PQ_N "prequential_n"         /* u64: events behind it (0: value carried over) */
 #define MFS_META_REJECTED_PREFIX "rejected/"  /* "rejected/<reason>" -> u64 messages rejected */
+#define MFS_META_HELD_OUT "events_held_out"    /* u64: valid events held out (scored, never trained) */
+#define MFS_META_DIGEST "events_digest"        /* u64: sum mod 2^64 of mfs_event_digest() of every valid event */
+#define MFS_META_HOLDOUT_RMSE "holdout_rmse"   /* f64: RMSE over the retained holdout window (last full pass) */
+#define MFS_META_WINDOW_RMSE "window_rmse"     /* f64: RMSE over the retained training window (last full pass) */
 
 /** Type of an optional meta key (extra records a writer may add), or MFS_SNAP_T_UNKNOWN. */
 static inline int mfs_snap_meta_type_optional(const char *key, size_t len)
@@ -202,6 +206,8 @@ static inline int mfs_snap_meta_type_optional(const char *key, size_t len)
 	} tab[] = {
 		{MFS_META_MU_COUNT, MFS_SNAP_T_U64}, {MFS_META_MU_SUM, MFS_SNAP_T_F64},
 		{MFS_META_PQ_RMSE, MFS_SNAP_T_F64},  {MFS_META_PQ_N, MFS_SNAP_T_U64},
+		{MFS_META_HELD_OUT, MFS_SNAP_T_U64}, {MFS_META_DIGEST, MFS_SNAP_T_U64},
+		{MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64}, {MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64},
 	};
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
 		if (strlen(tab[i].k) == len && memcmp(tab[i].k, key, len) == 0)

@@ -2,6 +2,7 @@
 #include "snapshots/snap_load.h"
 
 #include <errno.h>
+#include <math.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,7 @@ out:
 int mfs_snap_load(const char *dir, mfs_model_t *m, mfs_snap_loaded_t *out, char *errstr, size_t es)
 {
 	memset(out, 0, sizeof *out);
+	out->learning_rate = NAN;
 	char path[4096];
 	struct stat st;
 	snprintf(path, sizeof path, "%s/data.mdb", dir);
@@ -189,6 +191,12 @@ int mfs_snap_load(const char *dir, mfs_model_t *m, mfs_snap_loaded_t *out, char 
 		m->mu_count = mfs_snap_get_u64(val);
 	if (!meta_get(txn, dm, MFS_META_MU_SUM, 8, &val, &found) && found)
 		m->mu_sum = mfs_snap_get_f64(val);
+	if (!meta_get(txn, dm, MFS_META_HELD_OUT, 8, &val, &found) && found)
+		out->held_out = mfs_snap_get_u64(val);
+	if (!meta_get(txn, dm, MFS_META_DIGEST, 8, &val, &found) && found)
+		out->digest = mfs_snap_get_u64(val);
+	if (!meta_get(txn, dm, MFS_META_LR, 8, &val, &found) && found)
+		out->learning_rate = mfs_snap_get_f64(val);
 	rc = 0;
 out:
 	if (txn)

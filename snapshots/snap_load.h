@@ -28,6 +28,9 @@ typedef struct mfs_snap_loaded {
 	mfs_snap_loaded_offset_t *offsets;
 	size_t n_offsets;
 	uint64_t rejected[16]; /* by enum mfs_reject (ingest/event.h); MFS_REJ__COUNT <= 16 */
+	uint64_t held_out;     /* events_held_out (0 when absent) */
+	uint64_t digest;       /* events_digest (0 when absent) */
+	double learning_rate;  /* NaN when absent */
 } mfs_snap_loaded_t;
 
 /** Load dir's snapshot into m (which must be empty and have the snapshot's k).

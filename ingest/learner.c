@@ -1,0 +1,710 @@
+/* learner.c - see learner.h.
+ *
+ * DESIGN: one thread owns model, engine and writer from mfs_learner_start() to the end of
+ * the thread (the engine is opened on it, so a CUDA context is current where it is used).
+ * The consumer thread only talks to it through the ring. Order of work per batch:
+ *   rows for every event (new ids get initialized rows) -> score the batch with the current
+ *   model (prequential: test, then train) -> fold its ratings into the running mean -> SGD on
+ *   the training part -> append to the retained windows -> advance the applied offsets and the
+ *   counters that travel with the batch (rejections, digest, held out).
+ * A snapshot therefore always sits between two batches, and the offsets it stores name exactly
+ * the messages whose events the published rows contain (docs/STREAMING.md, "Exactly once").
+ */
+#include "ingest/learner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "gpu/engine.h"
+#include "gpu/lr.h"
+#include "model_store/touched.h"
+#include "snapshots/snap_format.h"
+#include "snapshots/snap_writer.h"
+
+#define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then one overflow bucket */
+
+typedef struct applied_off {
+	char *topic;
+	int32_t partition;
+	int64_t next;
+	int64_t committed; /* last offset sent to Kafka */
+} applied_off_t;
+
+/* a ring of the last `cap` ratings (rows are stable forever, so they stay valid) */
+typedef struct window {
+	uint32_t *u, *i;
+	float *r;
+	size_t n, cap, alloc, pos;
+} window_t;
+
+struct mfs_learner {
+	const mfs_conf_t *c;
+	mfs_bring_t *ring;
+	rd_kafka_t *rk;
+	mfs_model_t *m;
+	mfs_engine_t *e;
+	mfs_snap_writer_t *w;
+	mfs_snap_loaded_t loaded;
+	pthread_t thread;
+	int started, thread_rc;
+	char err[1024];
+	/* start handshake */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int open_done, open_rc;
+	char engine_name[32];
+	/* work arrays of one batch */
+	uint32_t *tu_, *ti_, *hu_, *hi_;
+	float *tr_, *hr_;
+	size_t wcap;
+	uint32_t grown_users, grown_items;
+	mfs_touched_t tu, ti;
+	applied_off_t *offs;
+	size_t n_offs;
+	uint64_t rejected[MFS_REJ__COUNT];
+	uint64_t held_out, digest, messages, batches, snapshots;
+	int dirty;
+	/* accuracy */
+	double pq_sse, pq_rmse_last;
+	uint64_t pq_n;
+	window_t win, hwin;
+	double win_rmse, hold_rmse, last_loss;
+	mfs_lr_t lrc;
+	double lr_floor;
+	/* freshness: create time of the messages applied since the last snapshot */
+	int64_t *pend_ts;
+	size_t n_pend, cap_pend;
+	uint64_t *lat_hist;
+	uint64_t lat_n;
+	/* stats for other threads */
+	pthread_mutex_t st_mu;
+	mfs_learner_stats_t st;
+};
+
+static int grow_arr(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t nc = *cap ? *cap : 256;
+	while (nc < need)
+		nc *= 2;
+	void *np = realloc(*p, nc * elem);
+	if (!np)
+		return ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+
+static applied_off_t *off_get(mfs_learner_t *l, const char *topic, int32_t partition)
+{
+	for (size_t j = 0; j < l->n_offs; j++)
+		if (l->offs[j].partition == partition && strcmp(l->offs[j].topic, topic) == 0)
+			return &l->offs[j];
+	applied_off_t *no = realloc(l->offs, (l->n_offs + 1) * sizeof *no);
+	if (!no)
+		return NULL;
+	l->offs = no;
+	applied_off_t *o = &no[l->n_offs];
+	if (!(o->topic = strdup(topic)))
+		return NULL;
+	o->partition = partition;
+	o->next = -1;
+	o->committed = -1;
+	l->n_offs++;
+	return o;
+}
+
+static int window_add(window_t *w, const uint32_t *u, const uint32_t *i, const float *r, size_t n)
+{
+	if (w->cap == 0)
+		return 0;
+	for (size_t j = 0; j < n; j++) {
+		if (w->n < w->cap && w->n == w->alloc) {
+			size_t na = w->alloc ? w->alloc * 2 : 4096;
+			if (na > w->cap)
+				na = w->cap;
+			uint32_t *nu = realloc(w->u, na * sizeof *nu);
+			if (nu)
+				w->u = nu;
+			uint32_t *ni = realloc(w->i, na * sizeof *ni);
+			if (ni)
+				w->i = ni;
+			float *nr = realloc(w->r, na * sizeof *nr);
+			if (nr)
+				w->r = nr;
+			if (!nu || !ni || !nr)
+				return ENOMEM;
+			w->alloc = na;
+		}
+		size_t at = w->n < w->cap ? w->n++ : w->pos;
+		if (w->n == w->cap && at == w->pos)
+			w->pos = (w->pos + 1) % w->cap;
+		w->u[at] = u[j];
+		w->i[at] = i[j];
+		w->r[at] = r[j];
+	}
+	return 0;
+}
+
+static void window_free(window_t *w)
+{
+	free(w->u);
+	free(w->i);
+	free(w->r);
+}
+
+static double lat_quantile(const mfs_learner_t *l, double q)
+{
+	if (!l->lat_n)
+		return NAN;
+	uint64_t want = (uint64_t)ceil(q * (double)l->lat_n), acc = 0;
+	if (want < 1)
+		want = 1;
+	for (int b = 0; b < LAT_BUCKETS; b++) {
+		acc += l->lat_hist[b];
+		if (acc >= want)
+			return (double)b + 0.5; /* bucket b holds [b, b+1) ms */
+	}
+	return INFINITY;
+}
+
+static void stats_update(mfs_learner_t *l)
+{
+	mfs_learner_stats_t s;
+	pthread_mutex_lock(&l->st_mu);
+	s = l->st;
+	pthread_mutex_unlock(&l->st_mu);
+	s.events_applied = l->m->events_applied;
+	s.events_held_out = l->held_out;
+	s.messages = l->messages;
+	s.batches = l->batches;
+	s.snapshots = l->snapshots;
+	memcpy(s.rejected, l->rejected, sizeof s.rejected);
+	s.n_users = l->m->n_users;
+	s.n_items = l->m->n_items;
+	s.cap_users = l->m->cap_users;
+	s.cap_items = l->m->cap_items;
+	s.lr = l->lrc.lr;
+	s.prequential_rmse = l->pq_rmse_last;
+	s.holdout_rmse = l->hold_rmse;
+	s.window_rmse = l->win_rmse;
+	pthread_mutex_lock(&l->st_mu);
+	l->st = s;
+	pthread_mutex_unlock(&l->st_mu);
+}
+
+static int set_lr(mfs_learner_t *l)
+{
+	mfs_hparams_t hp;
+	mfs_hparams_from(l->c, l->lrc.lr, &hp);
+	int rc = mfs_engine_set_hparams(l->e, &hp);
+	if (rc)
+		mfs_errf(l->err, sizeof l->err, rc, "engine hparams: %s", mfs_strerror(rc));
+	return rc;
+}
+
+static int work_reserve(mfs_learner_t *l, size_t n)
+{
+	if (n <= l->wcap)
+		return 0;
+	size_t nc = l->wcap ? l->wcap : 1024;
+	while (nc < n)
+		nc *= 2;
+	uint32_t **u32[] = {&l->tu_, &l->ti_, &l->hu_, &l->hi_};
+	for (int j = 0; j < 4; j++) {
+		uint32_t *p = realloc(*u32[j], nc * sizeof *p);
+		if (!p)
+			return ENOMEM;
+		*u32[j] = p;
+	}
+	float **f32[] = {&l->tr_, &l->hr_};
+	for (int j = 0; j < 2; j++) {
+		float *p = realloc(*f32[j], nc * sizeof *p);
+		if (!p)
+			return ENOMEM;
+		*f32[j] = p;
+	}
+	l->wcap = nc;
+	return 0;
+}
+
+static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
+{
+	int rc;
+	size_t nt = 0, nh = 0;
+	double frac = l->c->serve_holdout_fraction, sum = 0;
+	if ((rc = work_reserve(l, b->n)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	for (size_t j = 0; j < b->n; j++) {
+		const mfs_event_t *ev = &b->ev[j];
+		uint32_t ru, ri;
+		if ((rc = mfs_model_user_row(l->m, &ev->user, &ru)) || (rc = mfs_model_item_row(l->m, &ev->item, &ri)) ||
+		    (rc = mfs_touched_mark(&l->tu, ru)) || (rc = mfs_touched_mark(&l->ti, ri)))
+			return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
+		l->digest += mfs_event_digest(ev);
+		sum += ev->rating;
+		if (frac > 0 && mfs_event_holdout_u(ev) < frac) {
+			l->hu_[nh] = ru;
+			l->hi_[nh] = ri;
+			l->hr_[nh++] = ev->rating;
+		} else {
+			l->tu_[nt] = ru;
+			l->ti_[nt] = ri;
+			l->tr_[nt++] = ev->rating;
+		}
+	}
+	if (l->m->n_users != l->grown_users || l->m->n_items != l->grown_items) {
+		if ((rc = mfs_engine_grow(l->e)))
+			return mfs_errf(l->err, sizeof l->err, rc, "engine grow: %s", mfs_strerror(rc));
+		l->grown_users = l->m->n_users;
+		l->grown_items = l->m->n_items;
+	}
+	mfs_batch_t bt = {l->tu_, l->ti_, l->tr_, nt}, bh = {l->hu_, l->hi_, l->hr_, nh};
+	if (l->c->serve_prequential) { /* test, then train: every event is scored before it is learned */
+		for (int part = 0; part < 2; part++) {
+			const mfs_batch_t *pb = part ? &bh : &bt;
+			mfs_loss_t ls;
+			if (!pb->n)
+				continue;
+			if ((rc = mfs_engine_loss(l->e, pb, &ls)))
+				return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
+			if (isfinite(ls.sse)) {
+				l->pq_sse += ls.sse;
+				l->pq_n += ls.n;
+			}
+		}
+	}
+	if (b->n)
+		mfs_model_observe(l->m, sum, b->n);
+	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
+		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
+	if ((rc = window_add(&l->win, bt.u, bt.i, bt.r, nt)) || (rc = window_add(&l->hwin, bh.u, bh.i, bh.r, nh)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	l->held_out += nh;
+	for (size_t j = 0; j < b->n_off; j++) {
+		applied_off_t *o = off_get(l, b->off[j].topic, b->off[j].partition);
+		if (!o)
+			return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+		if (b->off[j].next > o->next)
+			o->next = b->off[j].next;
+	}
+	for (int r = 0; r < MFS_REJ__COUNT; r++)
+		l->rejected[r] += b->rejected[r];
+	l->messages += b->messages;
+	if ((rc = grow_arr((void **)&l->pend_ts, &l->cap_pend, l->n_pend + b->n_msg, sizeof *l->pend_ts)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	for (size_t j = 0; j < b->n_msg; j++) {
+		rd_kafka_timestamp_type_t tt;
+		int64_t ts = rd_kafka_message_timestamp(b->msg[j], &tt);
+		if (ts > 0)
+			l->pend_ts[l->n_pend++] = ts;
+	}
+	l->batches++;
+	if (b->n_off || b->n)
+		l->dirty = 1;
+	if (l->c->test_apply_delay_ms > 0) {
+		struct timespec ts = {(time_t)(l->c->test_apply_delay_ms / 1000),
+		                      (long)(l->c->test_apply_delay_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void commit_offsets(mfs_learner_t *l, int sync)
+{
+	if (!l->rk)
+		return;
+	rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new((int)l->n_offs + 1);
+	for (size_t j = 0; j < l->n_offs; j++)
+		if (l->offs[j].next >= 0 && l->offs[j].next != l->offs[j].committed) {
+			rd_kafka_topic_partition_list_add(pl, l->offs[j].topic, l->offs[j].partition)->offset = l->offs[j].next;
+			l->offs[j].committed = l->offs[j].next;
+		}
+	if (pl->cnt) {
+		rd_kafka_resp_err_t ke = rd_kafka_commit(l->rk, pl, !sync);
+		if (ke)
+			mfs_debug("serve", "msg=\"offset commit failed\" err=\"%s\"", rd_kafka_err2str(ke));
+	}
+	rd_kafka_topic_partition_list_destroy(pl);
+}
+
+static int snapshot(mfs_learner_t *l, const char *why, int sync_commit)
+{
+	int rc;
+	if (!l->dirty)
+		return 0;
+	if ((rc = mfs_engine_sync(l->e)))
+		return mfs_errf(l->err, sizeof l->err, rc, "engine sync: %s", mfs_strerror(rc));
+	mfs_snap_offset_t *offs = calloc(l->n_offs + 1, sizeof *offs);
+	if (!offs)
+		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+	size_t no = 0;
+	for (size_t j = 0; j < l->n_offs; j++)
+		if (l->offs[j].next >= 0)
+			offs[no++] = (mfs_snap_offset_t){l->offs[j].topic, l->offs[j].partition, l->offs[j].next};
+	mfs_snap_extra_t ex[10 + MFS_REJ__COUNT];
+	char names[MFS_REJ__COUNT][64];
+	size_t nx = 0;
+	ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_COUNT, MFS_SNAP_T_U64, l->m->mu_count, 0};
+	ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_SUM, MFS_SNAP_T_F64, 0, l->m->mu_sum};
+	ex[nx++] = (mfs_snap_extra_t){MFS_META_HELD_OUT, MFS_SNAP_T_U64, l->held_out, 0};
+	ex[nx++] = (mfs_snap_extra_t){MFS_META_DIGEST, MFS_SNAP_T_U64, l->digest, 0};
+	if (l->pq_n)
+		l->pq_rmse_last = sqrt(l->pq_sse / (double)l->pq_n);
+	if (l->c->serve_prequential && isfinite(l->pq_rmse_last)) {
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, l->pq_rmse_last};
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, l->pq_n, 0};
+	}
+	if (isfinite(l->hold_rmse))
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64, 0, l->hold_rmse};
+	if (isfinite(l->win_rmse))
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64, 0, l->win_rmse};
+	for (int r = 0; r < MFS_REJ__COUNT; r++) {
+		snprintf(names[r], sizeof names[r], "%s%s", MFS_META_REJECTED_PREFIX, mfs_reject_name(r));
+		ex[nx++] = (mfs_snap_extra_t){names[r], MFS_SNAP_T_U64, l->rejected[r], 0};
+	}
+	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
+	mfs_snap_info_t info = {
+		.learning_rate = l->lrc.lr, .last_loss = l->last_loss, .rating_min = l->c->rating_min,
+		.rating_max = l->c->rating_max, .offsets = offs, .n_offsets = no,
+		.user_rows = l->tu.n ? l->tu.rows : &none, .n_user_rows = l->tu.n,
+		.item_rows = l->ti.n ? l->ti.rows : &none, .n_item_rows = l->ti.n,
+		.extra = ex, .n_extra = nx,
+	};
+	uint64_t seq = 0;
+	double t0 = mfs_now_s();
+	char e[512] = "";
+	rc = mfs_snap_publish(l->w, l->m, &info, &seq, e, sizeof e);
+	free(offs);
+	if (rc)
+		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
+	double t1 = mfs_now_s();
+	/* visible from now on: account the freshness of every message it newly covers */
+	int64_t now_ms = mfs_wall_ms();
+	for (size_t j = 0; j < l->n_pend; j++) {
+		int64_t d = now_ms - l->pend_ts[j];
+		l->lat_hist[d < 0 ? 0 : d >= LAT_BUCKETS - 1 ? LAT_BUCKETS - 1 : d]++;
+	}
+	l->lat_n += l->n_pend;
+	l->n_pend = 0;
+	l->snapshots++;
+	size_t rows = l->tu.n + l->ti.n;
+	mfs_debug("serve", "msg=snapshot why=%s seq=%" PRIu64 " users=%zu items=%zu events_applied=%" PRIu64
+	          " seconds=%.4f", why, seq, l->tu.n, l->ti.n, l->m->events_applied, t1 - t0);
+	mfs_touched_clear(&l->tu);
+	mfs_touched_clear(&l->ti);
+	l->dirty = 0;
+	l->pq_sse = 0;
+	l->pq_n = 0;
+	commit_offsets(l, sync_commit);
+	pthread_mutex_lock(&l->st_mu);
+	l->st.snap_seq = seq;
+	l->st.snap_rows = rows;
+	l->st.snap_seconds = t1 - t0;
+	l->st.snap_time_s = t1;
+	l->st.lat_p50_ms = lat_quantile(l, 0.50);
+	l->st.lat_p99_ms = lat_quantile(l, 0.99);
+	l->st.lat_n = l->lat_n;
+	pthread_mutex_unlock(&l->st_mu);
+	return 0;
+}
+
+/* The periodic full pass: loss over the retained windows; the holdout's (else the training
+ * window's) RMSE goes to the learning-rate controller, whose rate the engine uses from the
+ * next batch on. */
+static int full_pass(mfs_learner_t *l)
+{
+	int rc;
+	mfs_loss_t lw, lh;
+	l->win_rmse = l->hold_rmse = NAN;
+	if (l->win.n) {
+		mfs_batch_t b = {l->win.u, l->win.i, l->win.r, l->win.n};
+		if ((rc = mfs_engine_loss(l->e, &b, &lw)))
+			return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
+		l->win_rmse = lw.rmse;
+	}
+	if (l->hwin.n) {
+		mfs_batch_t b = {l->hwin.u, l->hwin.i, l->hwin.r, l->hwin.n};
+		if ((rc = mfs_engine_loss(l->e, &b, &lh)))
+			return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
+		l->hold_rmse = lh.rmse;
+	}
+	double loss = l->hwin.n ? l->hold_rmse : l->win_rmse;
+	if (!l->win.n && !l->hwin.n)
+		return 0;
+	double before = l->lrc.lr;
+	mfs_lr_update(&l->lrc, loss);
+	if (l->lrc.lr < l->lr_floor)
+		l->lrc.lr = l->lr_floor;
+	l->last_loss = loss;
+	mfs_debug("serve", "msg=\"full pass\" window=%zu window_rmse=%.5f holdout=%zu holdout_rmse=%.5f lr=%.6g lr_before=%.6g",
+	          l->win.n, l->win_rmse, l->hwin.n, l->hold_rmse, l->lrc.lr, before);
+	return l->lrc.lr != before ? set_lr(l) : 0;
+}
+
+static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
+{
+	double now = mfs_now_s();
+	uint64_t ev = l->m->events_applied + l->held_out;
+	mfs_info("serve", "msg=progress events_applied=%" PRIu64 " held_out=%" PRIu64 " events_per_s=%.0f users=%u items=%u"
+	         " snapshots=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
+	         " latency_p50_ms=%.1f latency_p99_ms=%.1f",
+	         l->m->events_applied, l->held_out, (double)(ev - *last_ev) / (now - *last_t), l->m->n_users,
+	         l->m->n_items, l->snapshots, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
+	         mfs_bring_fill(l->ring), lat_quantile(l, 0.5), lat_quantile(l, 0.99));
+	*last_t = now;
+	*last_ev = ev;
+}
+
+static int run(mfs_learner_t *l)
+{
+	int rc = 0;
+	const double snap_period = (double)l->c->serve_snapshot_ms / 1000.0;
+	const double pass_period = (double)l->c->serve_fullpass_ms / 1000.0;
+	double now = mfs_now_s(), next_snap = now + snap_period, next_pass = now + pass_period, next_log = now + 10;
+	double last_log_t = now;
+	uint64_t last_log_ev = l->m->events_applied + l->held_out;
+	for (;;) {
+		double wake = next_snap < next_pass ? next_snap : next_pass;
+		int tmo = (int)((wake - mfs_now_s()) * 1000.0) + 1;
+		mfs_ebatch_t *b = NULL;
+		int prc = mfs_bring_pop(l->ring, tmo < 1 ? 1 : tmo, &b);
+		if (prc == EPIPE)
+			break;
+		if (b) {
+			int barrier = b->barrier;
+			uint64_t gen = b->barrier_gen;
+			rc = apply(l, b);
+			mfs_bring_release(l->ring, b);
+			if (rc)
+				return rc;
+			if (barrier) {
+				rc = snapshot(l, barrier == MFS_EBATCH_FINAL ? "shutdown" : "revoke", 1);
+				stats_update(l);
+				mfs_bring_barrier_done(l->ring, gen);
+				if (rc)
+					return rc;
+				if (barrier == MFS_EBATCH_FINAL)
+					return 0;
+				next_snap = mfs_now_s() + snap_period;
+			}
+		}
+		now = mfs_now_s();
+		if (now >= next_pass) {
+			if (l->c->serve_window > 0 && (rc = full_pass(l)))
+				return rc;
+			next_pass = now + pass_period;
+		}
+		if (now >= next_snap) {
+			if ((rc = snapshot(l, "timer", 0)))
+				return rc;
+			next_snap = now + snap_period;
+		}
+		if (b)
+			stats_update(l);
+		if (now >= next_log) {
+			log_progress(l, &last_log_t, &last_log_ev);
+			next_log = now + 10;
+		}
+	}
+	/* the consumer closed the ring without a final barrier: publish what was applied */
+	return snapshot(l, "shutdown", 1);
+}
+
+static void *thread_main(void *arg)
+{
+	mfs_learner_t *l = arg;
+	mfs_engine_conf_t ec;
+	char e[1024] = "";
+	mfs_engine_conf_from(l->c, &ec);
+	int rc = mfs_engine_open(&ec, l->m, &l->e, e, sizeof e);
+	if (rc == 0) {
+		snprintf(l->engine_name, sizeof l->engine_name, "%s", mfs_engine_name(l->e));
+		l->grown_users = l->m->n_users;
+		l->grown_items = l->m->n_items;
+		rc = set_lr(l);
+	} else {
+		mfs_errf(l->err, sizeof l->err, rc, "%s", e);
+	}
+	pthread_mutex_lock(&l->mu);
+	l->open_done = 1;
+	l->open_rc = rc;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	if (rc)
+		return NULL;
+	stats_update(l);
+	rc = run(l);
+	if (rc) {
+		mfs_error("serve", "msg=\"learner stopped\" err=\"%s\"", l->err);
+		mfs_bring_fail(l->ring); /* the consumer sees EPIPE and stops */
+	}
+	stats_update(l);
+	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
+	         " snapshots=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64,
+	         l->m->events_applied, l->held_out, l->messages, l->snapshots, lat_quantile(l, 0.5), lat_quantile(l, 0.99),
+	         l->lat_n);
+	l->thread_rc = rc;
+	return NULL;
+}
+
+int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out, char *errstr, size_t es)
+{
+	*out = NULL;
+	mfs_learner_t *l = calloc(1, sizeof *l);
+	if (!l)
+		return mfs_errf(errstr, es, ENOMEM, "out of memory");
+	l->c = c;
+	l->ring = ring;
+	l->pq_rmse_last = l->win_rmse = l->hold_rmse = l->last_loss = NAN;
+	l->win.cap = (size_t)c->serve_window;
+	l->hwin.cap = c->serve_holdout_fraction > 0 ? (size_t)c->serve_holdout_window : 0;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->st_mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	int rc;
+	if (!(l->lat_hist = calloc(LAT_BUCKETS, sizeof *l->lat_hist))) {
+		rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (!*c->snapshot_dir) {
+		rc = mfs_errf(errstr, es, MFS_ECONFIG, "snapshot.dir (--snapshot DIR) is required");
+		goto fail;
+	}
+	mfs_model_conf_t mc = {(int)c->model_k, c->model_init_scale, (uint64_t)c->model_seed};
+	if ((rc = mfs_model_init(&mc, &l->m))) {
+		mfs_errf(errstr, es, rc, "model: %s", mfs_strerror(rc));
+		goto fail;
+	}
+	double t0 = mfs_now_s();
+	rc = mfs_snap_load(c->snapshot_dir, l->m, &l->loaded, errstr, es);
+	if (rc == MFS_ENOTFOUND) {
+		memset(&l->loaded, 0, sizeof l->loaded);
+		l->loaded.learning_rate = NAN;
+		mfs_info("serve", "msg=\"no snapshot: starting from an empty model\" dir=%s", c->snapshot_dir);
+	} else if (rc) {
+		goto fail;
+	} else {
+		for (size_t j = 0; j < l->loaded.n_offsets; j++) {
+			applied_off_t *o = off_get(l, l->loaded.offsets[j].topic, l->loaded.offsets[j].partition);
+			if (!o) {
+				rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
+				goto fail;
+			}
+			o->next = o->committed = l->loaded.offsets[j].next_offset;
+		}
+		for (int r = 0; r < MFS_REJ__COUNT; r++)
+			l->rejected[r] = l->loaded.rejected[r];
+		l->held_out = l->loaded.held_out;
+		l->digest = l->loaded.digest;
+		mfs_info("serve", "msg=\"snapshot loaded\" dir=%s seq=%" PRIu64 " users=%u items=%u events_applied=%" PRIu64
+		         " offsets=%zu seconds=%.3f", c->snapshot_dir, l->loaded.seq, l->m->n_users, l->m->n_items,
+		         l->m->events_applied, l->loaded.n_offsets, mfs_now_s() - t0);
+	}
+	/* the learning-rate controller resumes from the snapshot's rate */
+	mfs_conf_t lc = *c;
+	lc.lr_schedule = c->serve_lr_schedule;
+	mfs_lr_init(&l->lrc, &lc);
+	l->lr_floor = c->serve_lr_floor * c->sgd_lr;
+	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)
+		l->lrc.lr = l->loaded.learning_rate;
+	if ((rc = mfs_snap_writer_open(c->snapshot_dir, (size_t)c->snapshot_map_size, &l->w, errstr, es)))
+		goto fail;
+	stats_update(l);
+	*out = l;
+	return 0;
+fail:
+	mfs_learner_close(l);
+	return rc;
+}
+
+const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l)
+{
+	return &l->loaded;
+}
+
+const char *mfs_learner_engine_name(const mfs_learner_t *l)
+{
+	return l->engine_name;
+}
+
+int mfs_learner_start(mfs_learner_t *l, rd_kafka_t *rk, char *errstr, size_t es)
+{
+	l->rk = rk;
+	int rc = pthread_create(&l->thread, NULL, thread_main, l);
+	if (rc)
+		return mfs_errf(errstr, es, rc, "learner thread: %s", strerror(rc));
+	l->started = 1;
+	pthread_mutex_lock(&l->mu);
+	while (!l->open_done)
+		pthread_cond_wait(&l->cv, &l->mu);
+	rc = l->open_rc;
+	pthread_mutex_unlock(&l->mu);
+	if (rc) {
+		pthread_join(l->thread, NULL);
+		l->started = 0;
+		return mfs_errf(errstr, es, rc, "%s", l->err);
+	}
+	return 0;
+}
+
+int mfs_learner_join(mfs_learner_t *l, char *errstr, size_t es)
+{
+	if (!l->started)
+		return 0;
+	pthread_join(l->thread, NULL);
+	l->started = 0;
+	if (l->thread_rc)
+		return mfs_errf(errstr, es, l->thread_rc, "%s", l->err);
+	return 0;
+}
+
+void mfs_learner_get_stats(mfs_learner_t *l, mfs_learner_stats_t *out)
+{
+	pthread_mutex_lock(&l->st_mu);
+	*out = l->st;
+	pthread_mutex_unlock(&l->st_mu);
+}
+
+void mfs_learner_close(mfs_learner_t *l)
+{
+	if (!l)
+		return;
+	if (l->started) {
+		mfs_bring_close(l->ring);
+		pthread_join(l->thread, NULL);
+	}
+	mfs_snap_writer_close(l->w);
+	mfs_engine_close(l->e);
+	mfs_model_free(l->m);
+	mfs_snap_loaded_free(&l->loaded);
+	mfs_touched_free(&l->tu);
+	mfs_touched_free(&l->ti);
+	for (size_t j = 0; j < l->n_offs; j++)
+		free(l->offs[j].topic);
+	free(l->offs);
+	free(l->tu_);
+	free(l->ti_);
+	free(l->hu_);
+	free(l->hi_);
+	free(l->tr_);
+	free(l->hr_);
+	window_free(&l->win);
+	window_free(&l->hwin);
+	free(l->pend_ts);
+	free(l->lat_hist);
+	pthread_mutex_destroy(&l->mu);
+	pthread_mutex_destroy(&l->st_mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}

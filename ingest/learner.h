@@ -1,0 +1,56 @@
+/* learner.h - the learner thread of `mfstream serve` (docs/STREAMING.md).
+ *
+ * It owns the model (model_store), the engine and the snapshot writer, and consumes batches
+ * of decoded events from the ring (ingest/batcher.h) in order: ids -> rows (new ids get rows),
+ * running mean, holdout split, test-then-train scoring, SGD, the retained windows; every
+ * serve.fullpass_ms a full pass over the windows whose loss drives the learning-rate
+ * controller; every serve.snapshot_ms (and at every barrier batch) ONE LMDB transaction with
+ * the touched rows, meta and the next offset of every partition the applied batches cover,
+ * then a Kafka commit of those offsets.
+ *
+ * Owning the model on one thread keeps model_store lock-free and puts every snapshot at a
+ * batch boundary by construction: the offsets in a snapshot are exactly those of the batches
+ * applied before it.
+ */
+#ifndef MFS_LEARNER_H
+#define MFS_LEARNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "config/config.h"
+#include "ingest/batcher.h"
+#include "snapshots/snap_load.h"
+
+typedef struct mfs_learner mfs_learner_t;
+
+typedef struct mfs_learner_stats {
+	uint64_t events_applied, events_held_out, messages, batches, snapshots;
+	uint64_t rejected[MFS_REJ__COUNT];
+	uint32_t n_users, n_items, cap_users, cap_items;
+	double lr, prequential_rmse, holdout_rmse, window_rmse;
+	uint64_t snap_seq, snap_rows;
+	double snap_seconds;   /* duration of the last publish */
+	double snap_time_s;    /* mfs_now_s() of the last publish (0: none) */
+	double lat_p50_ms, lat_p99_ms; /* message create time -> snapshot commit, since start */
+	uint64_t lat_n;
+} mfs_learner_stats_t;
+
+/** Create the model, load the newest snapshot in snapshot.dir (if any) and open the writer.
+ *  @return 0, or an error (errstr says why). */
+int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out, char *errstr,
+                     size_t errstr_size);
+/** What the loaded snapshot said (offsets to resume at, counters); zeroed when there was none. */
+const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l);
+/** Open the engine on the learner thread and start it. rk (may be NULL) receives offset commits.
+ *  @return 0, or the engine's error. */
+int mfs_learner_start(mfs_learner_t *l, rd_kafka_t *rk, char *errstr, size_t errstr_size);
+/** Wait for the thread (after a FINAL barrier or mfs_bring_close). @return its result. */
+int mfs_learner_join(mfs_learner_t *l, char *errstr, size_t errstr_size);
+void mfs_learner_get_stats(mfs_learner_t *l, mfs_learner_stats_t *out);
+const char *mfs_learner_engine_name(const mfs_learner_t *l);
+void mfs_learner_close(mfs_learner_t *l);
+
+#endif
