@@ -95,6 +95,17 @@ static void set_paused(svc_t *s, int pause)
 		if (ke)
 			mfs_warn("serve", "msg=\"%s partitions failed\" err=\"%s\"", pause ? "pause" : "resume",
 			         rd_kafka_err2str(ke));
+		if (!pause) {
+			/* librdkafka 2.0's fetcher notices a resume only on its next wakeup (up to ~1 s); a seek
+			 * to the next offset we take in restarts the fetch at once (re-deliveries are skipped) */
+			for (int j = 0; j < a->cnt; j++) {
+				part_t *p = part_get(s, a->elems[j].topic, a->elems[j].partition, 0);
+				a->elems[j].offset = p && p->next >= 0 ? p->next : RD_KAFKA_OFFSET_INVALID;
+			}
+			rd_kafka_error_t *se = rd_kafka_seek_partitions(s->rk, a, 0);
+			if (se)
+				rd_kafka_error_destroy(se);
+		}
 		rd_kafka_topic_partition_list_destroy(a);
 	}
 	if (pause && !s->paused)
@@ -334,7 +345,9 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 				s.fatal = rc;
 				break;
 			}
-		} else if ((rc = seal(&s))) { /* caught up */
+		} else if (s.cur->messages && !s.sealed &&
+		           (mfs_bring_fill(&s.ring) == 0 || mfs_now_s() - s.cur->t_first >= linger) && (rc = seal(&s))) {
+			/* caught up: hand over the partial batch if the learner is idle (else keep filling) */
 			s.fatal = rc;
 			break;
 		}

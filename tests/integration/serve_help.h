@@ -119,6 +119,9 @@ static void sh_watermarks(const char *bootstraps, const char *topic, int parts, 
 		rd_kafka_destroy(rk);
 }
 
+/* Extra `serve` arguments appended by sh_spawn (NULL-terminated; tests set it). */
+static const char *sh_extra_args[32];
+
 /* Start `mfstream serve` on topic; stderr goes to logpath (appended). */
 static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir, const char *group,
                       const char *logpath, const char *dlq)
@@ -134,10 +137,21 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 		(void)f;
 		char gk[256];
 		snprintf(gk, sizeof gk, "%s", group);
-		execl(test_bin(), test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
-		      "--engine", "cpu", "--threads", "2", "--k", "16", "--serve.snapshot_ms", "100",
-		      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",
-		      dlq ? "--serve.dead_letter_topic" : (char *)NULL, dlq, (char *)NULL);
+		const char *argv[80];
+		int n = 0;
+		const char *base[] = {test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
+		                      "--engine", "cpu", "--threads", "2", "--k", "16", "--serve.snapshot_ms", "100",
+		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000"};
+		for (size_t j = 0; j < sizeof base / sizeof base[0]; j++)
+			argv[n++] = base[j];
+		if (dlq) {
+			argv[n++] = "--serve.dead_letter_topic";
+			argv[n++] = dlq;
+		}
+		for (int j = 0; sh_extra_args[j] && n < 78; j++)
+			argv[n++] = sh_extra_args[j];
+		argv[n] = NULL;
+		execv(test_bin(), (char *const *)(uintptr_t)argv);
 		perror("execl");
 		_exit(127);
 	}
@@ -146,8 +160,9 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 
 typedef struct sh_snap {
 	int found;
-	uint64_t events, seq, mu_count;
-	double pq_rmse; /* NaN when absent */
+	uint64_t events, seq, mu_count, held_out, digest;
+	double mu_sum;
+	double pq_rmse, holdout_rmse, lr; /* NaN when absent */
 	int64_t off[SH_MAX_PARTS];
 	uint64_t rejected[MFS_REJ__COUNT];
 } sh_snap_t;
@@ -175,6 +190,14 @@ static int sh_meta_cb(void *ctx, const char *key, size_t kl, const unsigned char
 		s->mu_count = v;
 	} else if (strcmp(k, "prequential_rmse") == 0) {
 		memcpy(&s->pq_rmse, &v, sizeof v);
+	} else if (strcmp(k, "holdout_rmse") == 0) {
+		memcpy(&s->holdout_rmse, &v, sizeof v);
+	} else if (strcmp(k, "mu_sum") == 0) {
+		memcpy(&s->mu_sum, &v, sizeof v);
+	} else if (strcmp(k, "events_held_out") == 0) {
+		s->held_out = v;
+	} else if (strcmp(k, "events_digest") == 0) {
+		s->digest = v;
 	}
 	return 0;
 }
@@ -184,7 +207,7 @@ static sh_snap_t sh_read(const char *dir)
 {
 	sh_snap_t s;
 	memset(&s, 0, sizeof s);
-	s.pq_rmse = NAN;
+	s.pq_rmse = s.holdout_rmse = s.lr = NAN;
 	for (int p = 0; p < SH_MAX_PARTS; p++)
 		s.off[p] = -1;
 	mfs_snap_t *h = NULL;
@@ -196,6 +219,7 @@ static sh_snap_t sh_read(const char *dir)
 		s.found = 1;
 		s.events = m.events_applied;
 		s.seq = m.seq;
+		s.lr = m.learning_rate;
 	}
 	mfs_snap_close(h);
 	return s;
@@ -218,6 +242,113 @@ static sh_snap_t sh_wait_events(const char *dir, pid_t pid, uint64_t want, doubl
 		}
 		struct timespec ts = {0, 50 * 1000000};
 		nanosleep(&ts, NULL);
+	}
+}
+
+/* What every message of a topic holds: valid events, their digest sum and rating sum, by
+ * partition and offset (rejected messages hold zeros). */
+typedef struct sh_topic {
+	int parts;
+	int64_t hi[SH_MAX_PARTS];
+	uint32_t *n_at[SH_MAX_PARTS];
+	uint64_t *dg_at[SH_MAX_PARTS];
+	double *rs_at[SH_MAX_PARTS];
+} sh_topic_t;
+
+static void sh_topic_read(const char *bs, const char *topic, int parts, const int64_t *hi, sh_topic_t *t)
+{
+	char e[512];
+	memset(t, 0, sizeof *t);
+	t->parts = parts;
+	rd_kafka_conf_t *kc;
+	static const char *const defaults[] = {"group.id", "mfs-test-topic-reader", "enable.auto.commit", "false", NULL};
+	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
+	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
+	TEST_ASSERT_MSG(rk != NULL, "%s", e);
+	if (!rk)
+		return;
+	rd_kafka_poll_set_consumer(rk);
+	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(parts);
+	int64_t total = 0, seen = 0;
+	for (int p = 0; p < parts; p++) {
+		t->hi[p] = hi[p];
+		t->n_at[p] = calloc((size_t)hi[p] + 1, sizeof *t->n_at[p]);
+		t->dg_at[p] = calloc((size_t)hi[p] + 1, sizeof *t->dg_at[p]);
+		t->rs_at[p] = calloc((size_t)hi[p] + 1, sizeof *t->rs_at[p]);
+		total += hi[p];
+		rd_kafka_topic_partition_list_add(tp, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	}
+	TEST_OK(rd_kafka_assign(rk, tp));
+	rd_kafka_topic_partition_list_destroy(tp);
+	mfs_event_opts_t eo = {0.5, 5.0, 0};
+	mfs_events_t evs = {0};
+	double end = mfs_now_s() + 60;
+	while (seen < total && mfs_now_s() < end) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+		if (!m)
+			continue;
+		if (!m->err && m->partition >= 0 && m->partition < parts && m->offset < hi[m->partition]) {
+			int reason;
+			long idx;
+			char d[256];
+			if (mfs_event_decode(m->payload, m->len, &eo, &evs, &reason, &idx, d, sizeof d) == 0) {
+				uint64_t dg = 0;
+				double rs = 0;
+				for (size_t j = 0; j < evs.n; j++) {
+					dg += mfs_event_digest(&evs.ev[j]);
+					rs += evs.ev[j].rating;
+				}
+				t->n_at[m->partition][m->offset] = (uint32_t)evs.n;
+				t->dg_at[m->partition][m->offset] = dg;
+				t->rs_at[m->partition][m->offset] = rs;
+			}
+			seen++;
+		}
+		rd_kafka_message_destroy(m);
+	}
+	TEST_EQ_INT(seen, total);
+	mfs_events_free(&evs);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+}
+
+/* Valid events, digest and rating sum of the messages below off[p] in every partition. */
+static void sh_topic_below(const sh_topic_t *t, const int64_t *off, uint64_t *n, uint64_t *dg, double *rs)
+{
+	*n = 0;
+	*dg = 0;
+	*rs = 0;
+	for (int p = 0; p < t->parts; p++)
+		for (int64_t o = 0; o < off[p] && o < t->hi[p]; o++) {
+			*n += t->n_at[p][o];
+			*dg += t->dg_at[p][o];
+			*rs += t->rs_at[p][o];
+		}
+}
+
+/* Check a snapshot against the topic: applied + held out == valid events below its offsets,
+ * the digest and the rating sum behind mu match. @return 1 if consistent. */
+static int sh_snap_consistent(const sh_topic_t *t, const sh_snap_t *s, int verbose)
+{
+	uint64_t n, dg;
+	double rs;
+	sh_topic_below(t, s->off, &n, &dg, &rs);
+	int ok = s->events + s->held_out == n && s->digest == dg && s->mu_count == n &&
+	         fabs(s->mu_sum - rs) <= 1e-9 * (fabs(rs) > 1 ? fabs(rs) : 1);
+	if (!ok && verbose)
+		fprintf(stderr, "  snapshot seq %" PRIu64 ": applied %" PRIu64 " + held out %" PRIu64 " (mu_count %" PRIu64
+		        ", digest %016" PRIx64 ", mu_sum %.1f) but its offsets cover %" PRIu64 " (digest %016" PRIx64
+		        ", sum %.1f)\n", s->seq, s->events, s->held_out, s->mu_count, s->digest, s->mu_sum, n, dg, rs);
+	return ok;
+}
+
+static void sh_topic_free(sh_topic_t *t)
+{
+	for (int p = 0; p < t->parts; p++) {
+		free(t->n_at[p]);
+		free(t->dg_at[p]);
+		free(t->rs_at[p]);
 	}
 }
 

@@ -57,7 +57,8 @@ META_TYPES = {
     "rating_min": "<d", "rating_max": "<d",
 }
 # optional v1 keys written by `mfstream serve` (absent from offline snapshots)
-OPTIONAL_TYPES = {"mu_count": "<Q", "mu_sum": "<d", "prequential_rmse": "<d", "prequential_n": "<Q"}
+OPTIONAL_TYPES = {"mu_count": "<Q", "mu_sum": "<d", "prequential_rmse": "<d", "prequential_n": "<Q",
+                  "events_held_out": "<Q", "events_digest": "<Q", "holdout_rmse": "<d", "window_rmse": "<d"}
 OFFSET_PREFIX = "offset/"
 REJECTED_PREFIX = "rejected/"  # "rejected/<reason>" -> u64
 

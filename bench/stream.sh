@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The streaming benchmark (this VM): events/s through the embedded broker into the CPU engine
+# with 100 and 1000 events per message; message create -> snapshot-visible latency p50/p99 at a
+# steady rate with snapshots every 250 ms; snapshot publish time for 10K / 100K / 1M touched rows
+# at k=128. Prints tables; writes CSV.        bench/stream.sh BUILD_DIR OUT_PREFIX [EVENTS]
+#
+# Throughput: `serve --embedded-broker` consumes while `produce` fills the topic as fast as it can
+# (on the same 2 cores); events/s = events / (first message produced -> last event applied, as
+# seen in the snapshot). Latency: the service's own histogram of (snapshot commit wall time -
+# Kafka message create time), logged at shutdown.
+set -euo pipefail
+build=${1:-build}
+out=${2:-bench/results/stream-vm}
+n=${3:-2000000}
+bin=$build/mfstream
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
+py=/usr/bin/python3
+events_applied() { # events applied + held out in the snapshot at $1 (0 when none)
+	"$py" - "$1" <<'PY' 2>/dev/null || echo 0
+import sys
+sys.path.insert(0, "snapshots/reader/python")
+import mfsnap
+try:
+    s = mfsnap.Snapshot(sys.argv[1]); m = s.meta()
+    print(int(m.get("events_applied", 0)) + int(m.get("events_held_out", 0)))
+except Exception:
+    print(0)
+PY
+}
+start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
+	local dir=$1 log=$2; shift 2
+	"$bin" serve --embedded-broker --partitions 4 --topic ratings --snapshot "$dir" --engine cpu --k 128 \
+		--serve.snapshot_ms 250 "$@" 2>"$log" &
+	spid=$!
+	bs=""
+	for _ in $(seq 200); do
+		bs=$(grep -o 'bootstrap=[^ ]*' "$log" | head -1 | cut -d= -f2 || true)
+		[ -n "$bs" ] && break
+		sleep 0.05
+	done
+	[ -n "$bs" ] || { echo "serve did not start: $(cat "$log")"; exit 1; }
+	for _ in $(seq 400); do # the consumer group has formed (~3 s on the mock cluster)
+		grep -q 'msg=assigned' "$log" && return 0
+		sleep 0.05
+	done
+	echo "serve got no partitions: $(cat "$log")"
+	exit 1
+}
+csv=$out-throughput.csv
+echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms" >"$csv"
+printf '%-18s %10s %9s %12s %10s %12s %12s\n' events/message events seconds events/s produce_s p50_ms p99_ms
+for epm in 100 1000; do
+	d=$tmp/snap-$epm
+	start_serve "$d" "$tmp/serve-$epm.log"
+	t0=$(date +%s.%N)
+	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$n" --batch "$epm" --compact \
+		2>"$tmp/produce-$epm.log"
+	tp=$(date +%s.%N)
+	while [ "$(events_applied "$d")" -lt "$n" ]; do sleep 0.05; done
+	t1=$(date +%s.%N)
+	kill -TERM $spid && wait $spid
+	p50=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
+	p99=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
+	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
+	ps=$("$py" -c "print(f'{$tp-$t0:.2f}')")
+	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
+	printf '%-18s %10s %9s %12s %10s %12s %12s\n' "$epm" "$n" "$secs" "$rate" "$ps" "$p50" "$p99"
+	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99" >>"$csv"
+done
+echo "wrote $csv"
+# latency at a steady rate (the service keeps up): 100 events per message
+csv=$out-latency.csv
+echo "rate_events_per_s,events_per_message,snapshot_ms,events,latency_p50_ms,latency_p99_ms" >"$csv"
+printf '\n%-14s %10s %12s %10s %12s %12s\n' rate events/msg snapshot_ms events p50_ms p99_ms
+for rate in 50000 200000; do
+	d=$tmp/snap-lat-$rate
+	start_serve "$d" "$tmp/serve-lat-$rate.log"
+	m=$((rate * 10))
+	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$m" --batch 100 --compact \
+		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
+	while [ "$(events_applied "$d")" -lt "$m" ]; do sleep 0.05; done
+	kill -TERM $spid && wait $spid
+	line=$(grep -o 'msg=stopped.*' "$tmp/serve-lat-$rate.log")
+	p50=$(echo "$line" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
+	p99=$(echo "$line" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
+	printf '%-14s %10s %12s %10s %12s %12s\n' "$rate" 100 250 "$m" "$p50" "$p99"
+	echo "$rate,100,250,$m,$p50,$p99" >>"$csv"
+done
+echo "wrote $csv"
+# snapshot cost by rows touched
+csv=$out-snapshot.csv
+rm -f "$csv"
+echo
+"$build/bench/bench_snapshot" --dir "$tmp/bsnap" --table 1000000 --rows 10000,100000,1000000 --k 128 --reps 5 --csv "$csv"
+echo "wrote $csv"

@@ -1,0 +1,122 @@
+/* test_serve_backpressure.c - a deliberately slow learner (test.apply_delay_ms) behind a
+ * 2-batch ring: the consumer must pause its partitions (and resume them), memory must stay
+ * bounded, and nothing may be dropped: at the end every valid event is applied exactly once
+ * (count, digest and rating sum against the topic), offsets == high watermarks.
+ */
+#include "serve_help.h"
+
+#define N_PARTS 2
+#define N_EVENTS 60000
+#define RSS_LIMIT_KB (256 * 1024)
+
+/* VmHWM (peak resident set) of pid in KiB, or -1 */
+static long peak_rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	long kb = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* the value of key=N in the last line of path that contains msg */
+static long log_value(const char *path, const char *msg, const char *key)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	long v = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		if (!strstr(line, msg))
+			continue;
+		const char *k = strstr(line, key);
+		if (k)
+			v = atol(k + strlen(key));
+	}
+	fclose(f);
+	return v;
+}
+
+static void test_backpressure(void)
+{
+	char e[512];
+	mfs_mock_broker_t *mb = NULL;
+	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
+	if (!mb)
+		return;
+	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-bp";
+	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
+	char dir[300], snap[320], log[320];
+	snprintf(dir, sizeof dir, "%s", test_tmpdir());
+	snprintf(snap, sizeof snap, "%s/snap", dir);
+	snprintf(log, sizeof log, "%s/serve.log", dir);
+	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 11);
+	/* 512-event batches, 15 ms each, through a 2-slot ring: the topic is consumed far faster
+	 * than it is applied; librdkafka's own prefetch is kept small too */
+	const char *extra[] = {"--test.apply_delay_ms", "15", "--serve.ring_batches", "2",
+	                       "--kafka.fetch.wait.max.ms", "20", "--kafka.fetch.error.backoff.ms", "20", "--log.level", "debug", NULL};
+	for (int j = 0; extra[j]; j++)
+		sh_extra_args[j] = extra[j];
+	double t0 = mfs_now_s();
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-bp", log, NULL);
+	long peak = -1;
+	sh_snap_t s;
+	memset(&s, 0, sizeof s);
+	double t_end = mfs_now_s() + 120;
+	while (mfs_now_s() < t_end && waitpid(pid, NULL, WNOHANG) == 0) {
+		long p = peak_rss_kb(pid);
+		if (p > peak)
+			peak = p;
+		s = sh_read(snap);
+		if (s.found && s.events + s.held_out >= total)
+			break;
+		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+	}
+	double took = mfs_now_s() - t0;
+	TEST_ASSERT_MSG(s.events + s.held_out == total, "applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, total, log);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
+	long pauses = log_value(log, "msg=stopped", "pauses=");
+	long paused_lines = 0;
+	{
+		FILE *f = fopen(log, "r");
+		char line[4096];
+		while (f && fgets(line, sizeof line, f))
+			paused_lines += strstr(line, "msg=paused") != NULL;
+		if (f)
+			fclose(f);
+	}
+	fprintf(stderr, "  %" PRIu64 " events in %.1f s; pauses %ld (paused lines %ld); peak RSS %ld KiB\n", total, took,
+	        pauses, paused_lines, peak);
+	TEST_ASSERT_MSG(pauses >= 3, "the consumer paused %ld times (log %s)", pauses, log);
+	TEST_EQ_INT(paused_lines, pauses);
+	TEST_ASSERT_MSG(peak > 0 && peak < RSS_LIMIT_KB, "peak RSS %ld KiB", peak);
+	/* nothing dropped, nothing twice */
+	int64_t lo[N_PARTS], hi[N_PARTS];
+	sh_watermarks(bs, topic, N_PARTS, lo, hi);
+	s = sh_read(snap);
+	sh_topic_t t;
+	sh_topic_read(bs, topic, N_PARTS, hi, &t);
+	TEST_ASSERT(sh_snap_consistent(&t, &s, 1));
+	TEST_EQ_INT(s.events + s.held_out, total);
+	for (int p = 0; p < N_PARTS; p++) {
+		TEST_EQ_INT(lo[p], 0);
+		TEST_EQ_INT(s.off[p], hi[p]);
+	}
+	sh_topic_free(&t);
+	mfs_mock_broker_close(mb);
+}
+
+int main(void)
+{
+	if (access(test_bin(), X_OK) != 0)
+		TEST_SKIP("no mfstream binary at %s", test_bin());
+	TEST_RUN(test_backpressure);
+	return TEST_REPORT();
+}
