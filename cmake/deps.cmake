@@ -1,5 +1,5 @@
 # Debian packages only: librdkafka-dev liblmdb-dev libmsgpack-dev libinih-dev libxxhash-dev
-# libzstd-dev zlib1g-dev. All are found through pkg-config.
+# libzstd-dev zlib1g-dev libmicrohttpd-dev. All are found through pkg-config.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(LMDB REQUIRED IMPORTED_TARGET lmdb)
@@ -9,11 +9,23 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib)
 pkg_check_modules(RDKAFKA REQUIRED IMPORTED_TARGET rdkafka)
 pkg_check_modules(MSGPACK REQUIRED IMPORTED_TARGET msgpack)
+# /metrics, /healthz, /readyz (ops/http.c). Optional so that a machine without it (the GPU
+# hosts' .devdeps bundle) still builds; there mfs_http_open() fails with ENOTSUP unless
+# metrics.listen is empty, so a service can never silently run without its metrics.
+pkg_check_modules(MHD IMPORTED_TARGET libmicrohttpd)
+set(MFS_HAVE_MHD ${MHD_FOUND})
+if(NOT MHD_FOUND)
+  message(WARNING "mfstream: libmicrohttpd not found (apt install libmicrohttpd-dev): "
+    "building without the metrics/health endpoint")
+endif()
 find_package(OpenMP COMPONENTS C)
 add_library(mfs_deps INTERFACE)
 add_library(mfs::deps ALIAS mfs_deps)
 target_link_libraries(mfs_deps INTERFACE PkgConfig::LMDB PkgConfig::INIH PkgConfig::XXHASH
   PkgConfig::ZSTD PkgConfig::ZLIB PkgConfig::RDKAFKA PkgConfig::MSGPACK)
+if(MHD_FOUND)
+  target_link_libraries(mfs_deps INTERFACE PkgConfig::MHD)
+endif()
 if(OpenMP_C_FOUND)
   # Only the SIMD pragmas: threads are ours (pthreads), so no OpenMP runtime is needed.
   target_compile_options(mfs_deps INTERFACE $<$<COMPILE_LANGUAGE:C>:-fopenmp-simd>)

@@ -65,6 +65,7 @@ int mfs_cmd_conf(const char *cmd, int argc, char **argv, const mfs_conf_alias_t 
 		return 2;
 	}
 	mfs_log_set_level(c->log_level);
+	mfs_log_set_format(c->log_format);
 	return 0;
 }
 

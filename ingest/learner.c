@@ -88,6 +88,7 @@ struct mfs_learner {
 	/* stats for other threads */
 	pthread_mutex_t st_mu;
 	mfs_learner_stats_t st;
+	mfs_catalog_t *cat; /* metrics (NULL: none) */
 };
 
 static int grow_arr(void **p, size_t *cap, size_t need, size_t elem)
@@ -394,11 +395,15 @@ static int snapshot(mfs_learner_t *l, const char *why, int sync_commit)
 	for (size_t j = 0; j < l->n_pend; j++) {
 		int64_t d = now_ms - l->pend_ts[j];
 		l->lat_hist[d < 0 ? 0 : d >= LAT_BUCKETS - 1 ? LAT_BUCKETS - 1 : d]++;
+		if (l->cat)
+			mfs_histogram_observe(l->cat->event_to_snapshot, (double)(d < 0 ? 0 : d) / 1000.0);
 	}
+	if (l->cat)
+		mfs_histogram_observe(l->cat->snapshot_duration, t1 - t0);
 	l->lat_n += l->n_pend;
 	l->n_pend = 0;
 	l->snapshots++;
-	size_t rows = l->tu.n + l->ti.n;
+	size_t users = l->tu.n, items = l->ti.n;
 	mfs_debug("serve", "msg=snapshot why=%s seq=%" PRIu64 " users=%zu items=%zu events_applied=%" PRIu64
 	          " seconds=%.4f", why, seq, l->tu.n, l->ti.n, l->m->events_applied, t1 - t0);
 	mfs_touched_clear(&l->tu);
@@ -409,7 +414,9 @@ static int snapshot(mfs_learner_t *l, const char *why, int sync_commit)
 	commit_offsets(l, sync_commit);
 	pthread_mutex_lock(&l->st_mu);
 	l->st.snap_seq = seq;
-	l->st.snap_rows = rows;
+	l->st.snap_users = users;
+	l->st.snap_items = items;
+	l->st.snap_wall_s = (double)now_ms / 1000.0;
 	l->st.snap_seconds = t1 - t0;
 	l->st.snap_time_s = t1;
 	l->st.lat_p50_ms = lat_quantile(l, 0.50);
@@ -626,6 +633,11 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 fail:
 	mfs_learner_close(l);
 	return rc;
+}
+
+void mfs_learner_set_metrics(mfs_learner_t *l, mfs_catalog_t *cat)
+{
+	l->cat = cat;
 }
 
 const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l)

@@ -22,6 +22,7 @@
 
 #include "config/config.h"
 #include "ingest/batcher.h"
+#include "ops/catalog.h"
 #include "snapshots/snap_load.h"
 
 typedef struct mfs_learner mfs_learner_t;
@@ -31,7 +32,8 @@ typedef struct mfs_learner_stats {
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;
 	double lr, prequential_rmse, holdout_rmse, window_rmse;
-	uint64_t snap_seq, snap_rows;
+	uint64_t snap_seq, snap_users, snap_items;
+	double snap_wall_s;    /* Unix time of the last publish (0: none) */
 	double snap_seconds;   /* duration of the last publish */
 	double snap_time_s;    /* mfs_now_s() of the last publish (0: none) */
 	double lat_p50_ms, lat_p99_ms; /* message create time -> snapshot commit, since start */
@@ -44,6 +46,9 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
                      size_t errstr_size);
 /** What the loaded snapshot said (offsets to resume at, counters); zeroed when there was none. */
 const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l);
+/** Metrics (optional, before mfs_learner_start): snapshot duration and message -> snapshot
+ *  latency are observed into cat's histograms as they happen. */
+void mfs_learner_set_metrics(mfs_learner_t *l, mfs_catalog_t *cat);
 /** Open the engine on the learner thread and start it. rk (may be NULL) receives offset commits.
  *  @return 0, or the engine's error. */
 int mfs_learner_start(mfs_learner_t *l, rd_kafka_t *rk, char *errstr, size_t errstr_size);

@@ -34,6 +34,9 @@
 #include "ingest/kafka_consumer.h"
 #include "ingest/kafka_util.h"
 #include "ingest/learner.h"
+#include "ops/catalog.h"
+#include "ops/http.h"
+#include "ops/metrics.h"
 
 typedef struct part {
 	char *topic; /* lives until the service ends: batches point at it */
@@ -62,6 +65,11 @@ typedef struct svc {
 	double rej_log_next;
 	int fatal;
 	uint64_t messages;
+	/* operations: Prometheus registry, its catalogue, the HTTP endpoint */
+	mfs_metrics_t *reg;
+	mfs_catalog_t cat;
+	mfs_http_t *http;
+	double next_lag;
 	char err[1024];
 } svc_t;
 
@@ -106,11 +114,15 @@ static void set_paused(svc_t *s, int pause)
 			if (se)
 				rd_kafka_error_destroy(se);
 		}
-		rd_kafka_topic_partition_list_destroy(a);
 	}
-	if (pause && !s->paused)
+	if (pause && !s->paused) {
 		s->pauses++;
+		mfs_counter_add(s->cat.partition_pauses, a ? (uint64_t)a->cnt : 0);
+	}
+	mfs_gauge_set(s->cat.partitions_paused, pause && a ? a->cnt : 0);
 	s->paused = pause;
+	if (a)
+		rd_kafka_topic_partition_list_destroy(a);
 	mfs_debug("serve", "msg=%s ring_fill=%zu", pause ? "paused" : "resumed", mfs_bring_fill(&s->ring));
 }
 
@@ -174,6 +186,11 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 		p->assigned = 1;
 		tp->offset = p->next >= 0 ? p->next : RD_KAFKA_OFFSET_BEGINNING;
 	}
+	size_t n = 0;
+	for (size_t j = 0; j < s->n_parts; j++)
+		n += s->parts[j].assigned;
+	mfs_gauge_set(s->cat.partitions_assigned, (double)n);
+	mfs_http_set_ready(s->http, 1);
 }
 
 static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
@@ -188,9 +205,18 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
 	}
 	for (int j = 0; j < parts->cnt; j++) {
 		part_t *p = part_get(s, parts->elems[j].topic, parts->elems[j].partition, 0);
-		if (p)
+		if (p) {
 			p->assigned = 0;
+			char pn[16];
+			snprintf(pn, sizeof pn, "%d", (int)p->partition);
+			mfs_family_remove(s->cat.consumer_lag, (const char *const[]){p->topic, pn});
+		}
 	}
+	size_t n = 0;
+	for (size_t j = 0; j < s->n_parts; j++)
+		n += s->parts[j].assigned;
+	mfs_gauge_set(s->cat.partitions_assigned, (double)n);
+	mfs_gauge_set(s->cat.partitions_paused, 0);
 	s->paused = 0; /* the ring was drained; a new assignment starts unpaused */
 }
 
@@ -217,6 +243,8 @@ static void reject(svc_t *s, const rd_kafka_message_t *msg, int reason, long ind
 			RD_KAFKA_V_HEADER("mfs.reason", mfs_reject_name(reason), (ssize_t)-1), RD_KAFKA_V_END);
 		if (ke)
 			mfs_warn("serve", "msg=\"dead-letter produce failed\" err=\"%s\"", rd_kafka_err2str(ke));
+		else
+			mfs_counter_inc(s->cat.dead_letter_messages);
 		rd_kafka_poll(s->dlq, 0);
 	}
 }
@@ -237,9 +265,11 @@ static int handle(svc_t *s, rd_kafka_message_t *msg)
 	int64_t offset = msg->offset;
 	if (p->next >= 0 && offset < p->next) {
 		rd_kafka_message_destroy(msg); /* already taken in (a re-delivery): exactly once */
+		mfs_counter_inc(s->cat.messages_redelivered);
 		return 0;
 	}
 	s->messages++;
+	mfs_counter_inc(s->cat.messages_consumed);
 	if (s->cur->messages == 0)
 		s->cur->t_first = mfs_now_s();
 	int reason = 0, rc;
@@ -252,6 +282,8 @@ static int handle(svc_t *s, rd_kafka_message_t *msg)
 	} else if (rc || (rc = mfs_ebatch_add_events(s->cur, s->evs.ev, s->evs.n, msg))) {
 		rd_kafka_message_destroy(msg);
 		return mfs_errf(s->err, sizeof s->err, rc, "decode: %s", mfs_strerror(rc));
+	} else {
+		mfs_counter_add(s->cat.events_consumed, s->evs.n);
 	}
 	/* msg now belongs to the batch (its payload holds the string ids) or is gone */
 	if ((rc = mfs_ebatch_advance(s->cur, p->topic, p->partition, offset + 1)))
@@ -285,6 +317,57 @@ static int open_dlq(svc_t *s, const char *brokers, char *errstr, size_t es)
 	return 0;
 }
 
+/* At every scrape (HTTP thread, under the registry's render lock): copy what the learner
+ * publishes about itself. Counters restored from the snapshot (rejections, events) are set,
+ * so they continue across restarts like the snapshot's own. */
+static void scrape_hook(mfs_metrics_t *r, void *ctx)
+{
+	(void)r;
+	svc_t *s = ctx;
+	mfs_catalog_t *c = &s->cat;
+	mfs_learner_stats_t st;
+	mfs_learner_get_stats(s->l, &st);
+	mfs_counter_set(c->events_applied, st.events_applied);
+	mfs_counter_set(c->updates, st.events_applied);
+	mfs_counter_set(c->events_held_out, st.events_held_out);
+	for (int j = 0; j < MFS_REJ__COUNT && j < MFS_CAT_FIXED_MAX; j++)
+		mfs_counter_set(c->messages_rejected_at[j], st.rejected[j]);
+	mfs_gauge_set(c->learning_rate, st.lr);
+	mfs_gauge_set(c->window_rmse, st.window_rmse);
+	mfs_gauge_set(c->holdout_rmse, st.holdout_rmse);
+	mfs_gauge_set(c->prequential_rmse, st.prequential_rmse);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.n_users);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.n_items);
+	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_USERS], st.cap_users);
+	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_ITEMS], st.cap_items);
+	mfs_counter_set(c->snapshots, st.snapshots);
+	if (st.snap_wall_s > 0) {
+		mfs_gauge_set(c->snapshot_sequence, (double)st.snap_seq);
+		mfs_gauge_set(c->snapshot_timestamp, st.snap_wall_s);
+		mfs_gauge_set(c->snapshot_age, (double)mfs_wall_ms() / 1000.0 - st.snap_wall_s);
+		mfs_gauge_set(c->snapshot_rows_at[MFS_CAT_USERS], (double)st.snap_users);
+		mfs_gauge_set(c->snapshot_rows_at[MFS_CAT_ITEMS], (double)st.snap_items);
+	}
+	mfs_gauge_set(c->ring_batches_queued, (double)mfs_bring_fill(&s->ring));
+	mfs_gauge_set(c->ring_batches_capacity, (double)s->c->serve_ring_batches);
+}
+
+/* Consumer lag per assigned partition from librdkafka's cached high watermarks (no request). */
+static void update_lag(svc_t *s)
+{
+	for (size_t j = 0; j < s->n_parts; j++) {
+		part_t *p = &s->parts[j];
+		int64_t lo = -1, hi = -1;
+		if (!p->assigned || rd_kafka_get_watermark_offsets(s->rk, p->topic, p->partition, &lo, &hi) || hi < 0)
+			continue;
+		char pn[16];
+		snprintf(pn, sizeof pn, "%d", (int)p->partition);
+		mfs_gauge_t *g = NULL;
+		if (mfs_family_gauge(s->cat.consumer_lag, (const char *const[]){p->topic, pn}, &g) == 0)
+			mfs_gauge_set(g, (double)(hi - (p->next >= 0 ? p->next : 0)));
+	}
+}
+
 int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile sig_atomic_t *stop, char *errstr,
                     size_t es)
 {
@@ -301,6 +384,17 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	if (!(s.cur = mfs_bring_get(&s.ring))) {
 		rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
 		goto out;
+	}
+	/* metrics first: /healthz answers while the snapshot loads */
+	if ((rc = mfs_metrics_init(&s.reg)) || (rc = mfs_catalog_register(s.reg, &s.cat, errstr, es))) {
+		mfs_errf(errstr, es, rc, "metrics: %s", mfs_strerror(rc));
+		goto out;
+	}
+	if (*c->metrics_listen) {
+		mfs_http_opts_t ho = {s.reg, c->metrics_healthz_stale_ms};
+		if ((rc = mfs_http_open(c->metrics_listen, &ho, &s.http, errstr, es)))
+			goto out;
+		mfs_info("serve", "msg=\"metrics listening\" listen=%s port=%d", c->metrics_listen, mfs_http_port(s.http));
 	}
 	/* recovery: the learner loads the snapshot; partitions resume at its offsets */
 	if ((rc = mfs_learner_open(c, &s.ring, &s.l, errstr, es)))
@@ -319,8 +413,14 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	s.cbs = (mfs_consumer_cbs_t){&s, on_assign, on_revoke};
 	if ((rc = mfs_consumer_open(c, o->brokers, o->topics, o->n_topics, &s.cbs, &s.rk, errstr, es)))
 		goto out;
+	mfs_learner_set_metrics(s.l, &s.cat);
 	if ((rc = mfs_learner_start(s.l, s.rk, errstr, es)))
 		goto out;
+	mfs_catalog_set_build_info(&s.cat, NULL, mfs_learner_engine_name(s.l));
+	if ((rc = mfs_metrics_add_hook(s.reg, scrape_hook, &s))) {
+		mfs_errf(errstr, es, rc, "metrics: %s", mfs_strerror(rc));
+		goto out;
+	}
 	mfs_info("serve", "msg=started engine=%s topics=%zu batch=%" PRId64 " ring=%" PRId64 " snapshot_ms=%" PRId64
 	         " holdout_fraction=%g", mfs_learner_engine_name(s.l), o->n_topics, c->serve_batch_size,
 	         c->serve_ring_batches, c->serve_snapshot_ms, c->serve_holdout_fraction);
@@ -329,6 +429,11 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	const double linger = c->serve_snapshot_ms < 250 ? (double)c->serve_snapshot_ms / 5000.0 : 0.05;
 	const size_t resume_at = (size_t)c->serve_ring_batches / 2;
 	while (!*stop && !s.fatal) {
+		mfs_http_heartbeat(s.http);
+		if (mfs_now_s() >= s.next_lag) {
+			update_lag(&s);
+			s.next_lag = mfs_now_s() + 1.0;
+		}
 		if (s.sealed && (rc = push_sealed(&s, 20))) {
 			s.fatal = rc;
 			break;
@@ -356,6 +461,7 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	}
 	if (s.fatal) {
 		rc = s.fatal;
+		mfs_http_set_fatal(s.http, *s.err ? s.err : mfs_strerror(rc));
 		if (!*s.err)
 			snprintf(s.err, sizeof s.err, "%s", mfs_strerror(rc));
 		if (rc == EPIPE) /* the learner failed: its error is the cause */
@@ -385,6 +491,7 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	         st.events_applied, st.events_held_out, s.messages, st.snapshots, s.pauses, st.lat_p50_ms, st.lat_p99_ms);
 	rc = 0;
 out:
+	mfs_http_close(s.http); /* first: its scrape hook reads the learner and the ring */
 	if (s.l && !s.learner_done && s.ring_ok)
 		mfs_bring_close(&s.ring);
 	mfs_learner_close(s.l); /* joins the thread if it still runs */
@@ -399,5 +506,6 @@ out:
 	for (size_t j = 0; j < s.n_parts; j++)
 		free(s.parts[j].topic);
 	free(s.parts);
+	mfs_metrics_free(s.reg);
 	return rc;
 }

@@ -5,6 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git zstd
       librdkafka-dev liblmdb-dev libmsgpack-dev libinih-dev libxxhash-dev libzstd-dev zlib1g-dev
+      libmicrohttpd-dev python3-yaml python3-matplotlib
       lmdb-utils python3 python3-lmdb python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do

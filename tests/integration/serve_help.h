@@ -141,7 +141,8 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 		int n = 0;
 		const char *base[] = {test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
 		                      "--engine", "cpu", "--threads", "2", "--k", "16", "--serve.snapshot_ms", "100",
-		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000"};
+		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",
+		                      "--metrics.listen", "127.0.0.1:0"};
 		for (size_t j = 0; j < sizeof base / sizeof base[0]; j++)
 			argv[n++] = base[j];
 		if (dlq) {

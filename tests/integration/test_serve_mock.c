@@ -11,6 +11,11 @@
  */
 #include "serve_help.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #define N_PARTS 3
 #define N_EVENTS 50000
 
@@ -61,6 +66,92 @@ static void check_dead_letters(const char *bs)
 	rd_kafka_destroy(rk);
 }
 
+/* GET path from 127.0.0.1:port; the body into buf. @return the HTTP status, or -1. */
+static int http_get(int port, const char *path, char *buf, size_t size)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+	if (write(fd, req, (size_t)n) != n) {
+		close(fd);
+		return -1;
+	}
+	size_t len = 0;
+	ssize_t r;
+	while (len + 1 < size && (r = read(fd, buf + len, size - 1 - len)) > 0)
+		len += (size_t)r;
+	buf[len] = '\0';
+	close(fd);
+	int status = -1;
+	sscanf(buf, "HTTP/%*s %d", &status);
+	return status;
+}
+
+/* The value of the sample line that starts with `series ` in a Prometheus text body, or -1. */
+static double metric(const char *body, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, series, n) == 0 && l[n] == ' ')
+			return atof(l + n + 1);
+	return -1;
+}
+
+/* port the service logged ("metrics listening ... port=N"), or -1 */
+static int logged_port(const char *log)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		FILE *f = fopen(log, "r");
+		char line[2048];
+		while (f && fgets(line, sizeof line, f)) {
+			const char *p = strstr(line, "metrics listening");
+			if (p && (p = strstr(p, "port=")))
+				return fclose(f), atoi(p + 5);
+		}
+		if (f)
+			fclose(f);
+		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+	}
+	return -1;
+}
+
+/* Scrape /metrics while the service runs: the counters equal what was produced and rejected. */
+static void check_metrics(const char *log, uint64_t n)
+{
+	int port = logged_port(log);
+	TEST_ASSERT_MSG(port > 0, "no metrics port in %s", log);
+	static char body[1 << 20];
+	TEST_EQ_INT(http_get(port, "/healthz", body, sizeof body), 200);
+	TEST_EQ_INT(http_get(port, "/readyz", body, sizeof body), 200);
+	TEST_EQ_INT(http_get(port, "/metrics", body, sizeof body), 200);
+	TEST_ASSERT_MSG(metric(body, "mfstream_events_applied_total") == (double)n, "events_applied_total %g, want %" PRIu64,
+	                metric(body, "mfstream_events_applied_total"), n);
+	TEST_ASSERT_MSG(metric(body, "mfstream_events_consumed_total") == (double)n, "events_consumed_total %g",
+	                metric(body, "mfstream_events_consumed_total"));
+	for (int r = 0; r < MFS_REJ__COUNT; r++) {
+		char series[128];
+		snprintf(series, sizeof series, "mfstream_messages_rejected_total{reason=\"%s\"}", mfs_reject_name(r));
+		TEST_ASSERT_MSG(metric(body, series) == 1, "%s = %g", series, metric(body, series));
+	}
+	TEST_ASSERT_MSG(metric(body, "mfstream_dead_letter_messages_total") == (double)SH_N_BAD, "dead letters %g",
+	                metric(body, "mfstream_dead_letter_messages_total"));
+	TEST_ASSERT(metric(body, "mfstream_snapshots_total") >= 1);
+	TEST_ASSERT(metric(body, "mfstream_partitions_assigned") == N_PARTS);
+	TEST_ASSERT(metric(body, "mfstream_event_to_snapshot_seconds_count") > 0);
+	double age = metric(body, "mfstream_snapshot_age_seconds");
+	TEST_ASSERT_MSG(age >= 0 && age < 30, "snapshot age %g s", age);
+	fprintf(stderr, "  /metrics: %g events applied, %g messages consumed, snapshot age %g s\n",
+	        metric(body, "mfstream_events_applied_total"), metric(body, "mfstream_messages_consumed_total"),
+	        metric(body, "mfstream_snapshot_age_seconds"));
+}
+
 static void test_serve_exactly_once(void)
 {
 	char e[512];
@@ -86,12 +177,20 @@ static void test_serve_exactly_once(void)
 	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
 	TEST_ASSERT_MSG(s.found && s.events == n, "events_applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, n, log);
 	fprintf(stderr, "  %" PRIu64 " events applied and published in %.2f s\n", s.events, mfs_now_s() - t0);
-	/* the rejected messages are in the same partitions: give the last snapshot a moment */
-	struct timespec ts = {0, 400 * 1000000};
-	nanosleep(&ts, NULL);
-	TEST_EQ_INT(sh_stop(pid, 30), 0);
-
+	/* the rejected messages follow the valid ones: wait until a snapshot covers the whole topic */
 	int64_t lo[N_PARTS], hi[N_PARTS];
+	sh_watermarks(bs, topic, N_PARTS, lo, hi);
+	double t_end = mfs_now_s() + 30;
+	for (int covered = 0; !covered && mfs_now_s() < t_end;) {
+		s = sh_read(snap);
+		covered = 1;
+		for (int p = 0; p < N_PARTS; p++)
+			covered &= s.off[p] == hi[p];
+		if (!covered)
+			nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+	}
+	check_metrics(log, n);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
 	sh_watermarks(bs, topic, N_PARTS, lo, hi);
 	s = sh_read(snap);
 	TEST_ASSERT(s.found);
