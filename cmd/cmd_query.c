@@ -5,10 +5,13 @@
  *   mfstream query --snapshot DIR --user ID --item ID    predicted rating (clipped; fallback
  *                                                        mu + known biases for unknown ids)
  *   mfstream query --snapshot DIR --user ID --top K      K lines "item score", best first
+ *                  [--exclude ID,ID,...]                 ... never listing those items
  *   --json prints the same as one JSON value.
  *
- * Reads through libmfsnap only (the serving API), like any other client would. --user,
- * --item, --top and --json are not configuration keys: they are taken out of argv before
+ * Reads through libmfsnap only (the serving API), like any other client would: top-K is
+ * mfs_snap_topk_ex's default path (the int8 scan with exact rescoring; docs/READER.md).
+ * An --exclude list is split at commas, so a string id holding a comma cannot be named
+ * there. --user, --item, --top, --exclude and --json are not configuration keys: they are taken out of argv before
  * the rest goes to the configuration chain (which gives --snapshot / snapshot.dir).
  */
 #include <errno.h>
@@ -24,7 +27,7 @@
 #define QUERY_TOP_MAX 1000
 
 static const char query_usage[] =
-	"usage: mfstream query --snapshot DIR --user ID [--item ID | --top K] [--json]\n"
+	"usage: mfstream query --snapshot DIR --user ID [--item ID | --top K [--exclude ID,ID,...]] [--json]\n"
 	"       mfstream query --snapshot DIR --item ID [--json]\n"
 	"ids: a canonical decimal is a u64 id; anything else (or \"str:...\") is a string id\n";
 
@@ -129,7 +132,27 @@ static int print_predict(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *
 	return 0;
 }
 
-static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, size_t k, int json)
+/* Split "a,b,c" (in place) into ids; empty items are skipped. @return count, or -1 (bad id). */
+static long parse_exclude(char *list, mfs_snap_id_t *ids, size_t cap)
+{
+	size_t n = 0;
+	for (char *tok = list, *next; tok; tok = next) {
+		next = strchr(tok, ',');
+		if (next)
+			*next++ = '\0';
+		if (!*tok)
+			continue;
+		if (n >= cap || mfs_snap_id_parse(tok, &ids[n])) {
+			fprintf(stderr, "mfstream query: bad id \"%s\" in --exclude (1..256 bytes)\n", tok);
+			return -1;
+		}
+		n++;
+	}
+	return (long)n;
+}
+
+static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, size_t k, const mfs_snap_id_t *ex,
+                     size_t n_ex, int json)
 {
 	mfs_snap_hit_t *hits = malloc(k * sizeof *hits);
 	size_t n = 0;
@@ -137,7 +160,8 @@ static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, s
 		fprintf(stderr, "mfstream query: out of memory\n");
 		return 1;
 	}
-	int rc = mfs_snap_topk(s, u, k, hits, &n);
+	mfs_snap_topk_opts_t opts = {ex, n_ex, 0};
+	int rc = mfs_snap_topk_ex(s, u, k, &opts, hits, &n, NULL);
 	if (rc) {
 		if (rc == MFS_ENOTFOUND)
 			fprintf(stderr, "mfstream query: user %s is not in the snapshot\n", utext);
@@ -167,7 +191,7 @@ static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, s
 
 int mfs_cmd_query(int argc, char **argv)
 {
-	const char *user = NULL, *item = NULL, *top = NULL;
+	const char *user = NULL, *item = NULL, *top = NULL, *exclude = NULL;
 	int ac = argc - 1;
 	char **av = argv + 1;
 	if ((ac == 1 && (strcmp(av[0], "-h") == 0 || strcmp(av[0], "--help") == 0))) {
@@ -175,7 +199,7 @@ int mfs_cmd_query(int argc, char **argv)
 		return 0;
 	}
 	if (mfs_cmd_take_flag(&ac, av, "--user", &user) < 0 || mfs_cmd_take_flag(&ac, av, "--item", &item) < 0 ||
-	    mfs_cmd_take_flag(&ac, av, "--top", &top) < 0) {
+	    mfs_cmd_take_flag(&ac, av, "--top", &top) < 0 || mfs_cmd_take_flag(&ac, av, "--exclude", &exclude) < 0) {
 		fprintf(stderr, "mfstream query: a flag is missing its value\n%s", query_usage);
 		return 2;
 	}
@@ -186,7 +210,9 @@ int mfs_cmd_query(int argc, char **argv)
 		return 2;
 	int ret = 2;
 	mfs_snap_t *s = NULL;
-	mfs_snap_id_t uid, iid;
+	mfs_snap_id_t uid, iid, *ex = NULL;
+	char *exbuf = NULL;
+	long n_ex = 0;
 	unsigned long long k = 0;
 	if (!conf.snapshot_dir || !*conf.snapshot_dir) {
 		fprintf(stderr, "mfstream query: no snapshot directory (--snapshot DIR)\n%s", query_usage);
@@ -195,6 +221,25 @@ int mfs_cmd_query(int argc, char **argv)
 	if ((!user && !item) || (top && !user) || (top && item)) {
 		fprintf(stderr, "mfstream query: give --user ID [--item ID | --top K], or --item ID\n%s", query_usage);
 		goto out;
+	}
+	if (exclude && !top) {
+		fprintf(stderr, "mfstream query: --exclude goes with --top\n%s", query_usage);
+		goto out;
+	}
+	if (exclude) {
+		/* the ids point into exbuf, which lives until the end */
+		size_t cap = 1;
+		for (const char *c = exclude; *c; c++)
+			cap += *c == ',';
+		exbuf = strdup(exclude);
+		ex = calloc(cap, sizeof *ex);
+		if (!exbuf || !ex) {
+			fprintf(stderr, "mfstream query: out of memory\n");
+			ret = 1;
+			goto out;
+		}
+		if ((n_ex = parse_exclude(exbuf, ex, cap)) < 0)
+			goto out;
 	}
 	if (user && mfs_snap_id_parse(user, &uid)) {
 		fprintf(stderr, "mfstream query: bad user id \"%s\" (1..256 bytes)\n", user);
@@ -221,7 +266,7 @@ int mfs_cmd_query(int argc, char **argv)
 		goto out;
 	}
 	if (top)
-		ret = print_top(s, user, &uid, (size_t)k, json);
+		ret = print_top(s, user, &uid, (size_t)k, ex, (size_t)n_ex, json);
 	else if (user && item)
 		ret = print_predict(s, user, &uid, item, &iid, json);
 	else if (user)
@@ -234,6 +279,8 @@ int mfs_cmd_query(int argc, char **argv)
 	}
 out:
 	mfs_snap_close(s);
+	free(ex);
+	free(exbuf);
 	mfs_conf_free(&conf);
 	return ret;
 }

@@ -1,6 +1,9 @@
 /* mfs_snap.c - libmfsnap: the serving-side reader of snapshot format v1 (snap_format.h).
  *
- * Built from this file and common/err.c only: it links LMDB and libc, never mfs_core.
+ * Built from the .c files of snapshots/reader/ and common/err.c only: it links LMDB and
+ * libc, never mfs_core. This file holds the environments, the per-call txns, meta, lookups,
+ * predict and staleness; top-K and its item cache live in snap_topk.c and snap_cache.c,
+ * the kernels in snap_dot.c (shared layouts: mfs_snap_int.h).
  *
  * DESIGN
  * Environments. LMDB forbids opening one environment twice in a process (closing either
@@ -22,6 +25,12 @@
  * allowed with no live txn in the process: every call holds the env's map lock shared from
  * renew to reset, and the remap takes it exclusive.
  *
+ * Stale readers. A reader process that dies without closing leaves its slot in lock.mdb,
+ * and the writer then cannot reuse the pages that slot pins (the file grows). Every
+ * process that opens the env clears dead slots (mdb_reader_check) at open, again when a
+ * begin finds the table full (MDB_READERS_FULL), and, rate-limited to once per
+ * SNAP_READER_CHECK_MS, when a handle notices a new snapshot - never on the lookup path.
+ *
  * Errors. LMDB's MDB_NOTFOUND becomes MFS_ENOTFOUND, its other negative codes MFS_ELMDB,
  * and positive errnos pass through. A row whose value is not 4 * (1 + k) bytes, or a meta
  * record of the wrong size, is MFS_EFORMAT.
@@ -34,43 +43,40 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/err.h"
+#include "snapshots/reader/mfs_snap_int.h"
 #include "snapshots/snap_format.h"
-
-/* One MDB_env per directory per process (see DESIGN). */
-struct snap_env {
-	struct snap_env *e_next;
-	dev_t e_dev;
-	ino_t e_ino;
-	unsigned e_refs;
-	MDB_env *e_env;
-	MDB_dbi e_meta, e_users, e_items;
-	pthread_rwlock_t e_maplock; /* shared: a txn is live; exclusive: remapping */
-};
 
 static pthread_mutex_t snap_envs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct snap_env *snap_envs;
 
-/* One item in the top-K heap: the key points into the map, valid until the txn resets. */
-struct snap_cand {
-	float score;
-	const unsigned char *key;
-	size_t key_len;
-};
+int64_t snap_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
-struct mfs_snap {
-	struct snap_env *sn_env;
-	MDB_txn *sn_txn;          /* reset between calls */
-	size_t sn_meta_txnid;     /* txn id sn_meta was read in; 0 = none */
-	mfs_snap_meta_t sn_meta;
-	float *sn_vec;            /* k floats: the user's factors during topk */
-	uint32_t sn_vec_k;
-	struct snap_cand *sn_heap;
-	size_t sn_heap_cap;
-};
+int snap_grow(void **buf, size_t *cap, size_t n, size_t size)
+{
+	if (n <= *cap)
+		return 0;
+	size_t want = *cap ? *cap : 16;
+	while (want < n)
+		want = want > SIZE_MAX / 2 ? n : want * 2;
+	if (want > SIZE_MAX / size)
+		return ENOMEM;
+	void *p = realloc(*buf, want * size);
+	if (!p)
+		return ENOMEM;
+	*buf = p;
+	*cap = want;
+	return 0;
+}
 
-static int snap_err(int rc)
+int snap_err(int rc)
 {
 	if (rc == 0 || rc > 0)
 		return rc;
@@ -112,8 +118,7 @@ int mfs_snap_id_parse(const char *text, mfs_snap_id_t *out)
 	return 0;
 }
 
-/* Encode id into key[MFS_SNAP_KEY_MAX]. @return 0, MFS_EIDLEN, MFS_EINVAL. */
-static int snap_key(const mfs_snap_id_t *id, unsigned char *key, MDB_val *kv)
+int snap_key(const mfs_snap_id_t *id, unsigned char *key, MDB_val *kv)
 {
 	if (!id)
 		return MFS_EINVAL;
@@ -185,9 +190,12 @@ static int meta_load(MDB_txn *txn, MDB_dbi dbi, mfs_snap_meta_t *m)
 /* ---- the shared environment --------------------------------------------------------------- */
 static void env_destroy(struct snap_env *e)
 {
+	snap_cache_drop(e);
 	if (e->e_env)
 		mdb_env_close(e->e_env);
 	pthread_rwlock_destroy(&e->e_maplock);
+	pthread_mutex_destroy(&e->e_cache_lock);
+	pthread_mutex_destroy(&e->e_build_lock);
 	free(e);
 }
 
@@ -203,6 +211,9 @@ static int env_create(const char *dir, const struct stat *st, struct snap_env **
 		free(e);
 		return mfs_errf(errstr, es, rc, "pthread_rwlock_init: %s", strerror(rc));
 	}
+	/* default mutexes cannot fail to initialise on Linux; env_destroy destroys all three */
+	pthread_mutex_init(&e->e_cache_lock, NULL);
+	pthread_mutex_init(&e->e_build_lock, NULL);
 	e->e_dev = st->st_dev;
 	e->e_ino = st->st_ino;
 	e->e_refs = 1;
@@ -222,6 +233,9 @@ static int env_create(const char *dir, const struct stat *st, struct snap_env **
 		}
 		goto lmdb_fail;
 	}
+	/* clear the slots of reader processes that died (see DESIGN) */
+	mdb_reader_check(e->e_env, NULL);
+	atomic_store(&e->e_checked_ms, snap_mono_ms());
 	for (int tries = 0;; tries++) {
 		rc = mdb_txn_begin(e->e_env, NULL, MDB_RDONLY, &txn);
 		if (rc != MDB_MAP_RESIZED || tries >= 8)
@@ -301,10 +315,26 @@ static void env_release(struct snap_env *e)
 	pthread_mutex_unlock(&snap_envs_lock);
 }
 
+/* mdb_reader_check, at most once per SNAP_READER_CHECK_MS per env unless forced. It takes
+ * LMDB's reader-table mutex, so it must not run on every call. */
+static int env_reader_check(struct snap_env *e, int force, int *dead)
+{
+	int64_t now = snap_mono_ms(), last = atomic_load(&e->e_checked_ms);
+	if (!force && (now - last < SNAP_READER_CHECK_MS ||
+	               !atomic_compare_exchange_strong(&e->e_checked_ms, &last, now)))
+		return 0;
+	if (force)
+		atomic_store(&e->e_checked_ms, now);
+	int n = 0, rc = mdb_reader_check(e->e_env, &n);
+	if (dead)
+		*dead = n;
+	return snap_err(rc);
+}
+
 /* ---- per-call transactions ------------------------------------------------------------------ */
 /* Renew the handle's txn (adopting a grown map if needed) and make sn_meta current. On
  * success the map lock is held shared until snap_end. */
-static int snap_begin(mfs_snap_t *s)
+int snap_begin(mfs_snap_t *s)
 {
 	struct snap_env *e = s->sn_env;
 	int rc;
@@ -332,11 +362,13 @@ static int snap_begin(mfs_snap_t *s)
 			return rc;
 		}
 		s->sn_meta_txnid = id;
+		/* a new snapshot: a good moment to clear dead readers' slots (rate-limited) */
+		env_reader_check(e, 0, NULL);
 	}
 	return 0;
 }
 
-static void snap_end(mfs_snap_t *s)
+void snap_end(mfs_snap_t *s)
 {
 	mdb_txn_reset(s->sn_txn);
 	pthread_rwlock_unlock(&s->sn_env->e_maplock);
@@ -356,6 +388,11 @@ int mfs_snap_open(const char *dir, mfs_snap_t **out, char *errstr, size_t errstr
 		return rc;
 	}
 	rc = mdb_txn_begin(s->sn_env->e_env, NULL, MDB_RDONLY, &s->sn_txn);
+	if (rc == MDB_READERS_FULL) {
+		/* dead processes may hold slots: clear them and try once more */
+		env_reader_check(s->sn_env, 1, NULL);
+		rc = mdb_txn_begin(s->sn_env->e_env, NULL, MDB_RDONLY, &s->sn_txn);
+	}
 	if (rc == 0) {
 		mdb_txn_reset(s->sn_txn);
 	} else if (rc == MDB_MAP_RESIZED) {
@@ -401,7 +438,12 @@ void mfs_snap_close(mfs_snap_t *s)
 	if (s->sn_env)
 		env_release(s->sn_env);
 	free(s->sn_vec);
+	free(s->sn_uq);
 	free(s->sn_heap);
+	free(s->sn_cands);
+	free(s->sn_lheap);
+	free(s->sn_excl);
+	free(s->sn_xkeys);
 	free(s);
 }
 
@@ -415,6 +457,34 @@ int mfs_snap_get_meta(mfs_snap_t *s, mfs_snap_meta_t *out)
 	*out = s->sn_meta;
 	snap_end(s);
 	return 0;
+}
+
+int mfs_snap_staleness(mfs_snap_t *s, uint64_t *seq, int64_t *age_ms)
+{
+	if (!s)
+		return MFS_EINVAL;
+	int rc = snap_begin(s);
+	if (rc)
+		return rc;
+	uint64_t q = s->sn_meta.seq;
+	int64_t wall = s->sn_meta.wall_time_ms;
+	snap_end(s);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (seq)
+		*seq = q;
+	if (age_ms)
+		*age_ms = ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) - wall;
+	return 0;
+}
+
+int mfs_snap_reader_check(mfs_snap_t *s, int *dead)
+{
+	if (!s)
+		return MFS_EINVAL;
+	if (dead)
+		*dead = 0;
+	return env_reader_check(s->sn_env, 1, dead);
 }
 
 int mfs_snap_meta_each(struct mfs_snap *s, mfs_snap_meta_fn fn, void *ctx)
@@ -441,8 +511,7 @@ int mfs_snap_meta_each(struct mfs_snap *s, mfs_snap_meta_fn fn, void *ctx)
 }
 
 /* ---- rows --------------------------------------------------------------------------------------- */
-/* Find id in dbi inside the live txn; *row points at the raw value (4 * (1 + k) bytes). */
-static int row_find(mfs_snap_t *s, MDB_dbi dbi, const mfs_snap_id_t *id, const unsigned char **row)
+int snap_row_find(mfs_snap_t *s, MDB_dbi dbi, const mfs_snap_id_t *id, const unsigned char **row)
 {
 	unsigned char key[MFS_SNAP_KEY_MAX];
 	MDB_val kv, v;
@@ -465,7 +534,7 @@ static int row_get(mfs_snap_t *s, int items, const mfs_snap_id_t *id, float *bia
 	if (rc)
 		return rc;
 	const unsigned char *row;
-	rc = row_find(s, items ? s->sn_env->e_items : s->sn_env->e_users, id, &row);
+	rc = snap_row_find(s, items ? s->sn_env->e_items : s->sn_env->e_users, id, &row);
 	if (rc == 0) {
 		if (bias)
 			*bias = mfs_snap_get_f32(row);
@@ -510,8 +579,8 @@ int mfs_snap_predict(mfs_snap_t *s, const mfs_snap_id_t *user, const mfs_snap_id
 	if ((rc = snap_begin(s)))
 		return rc;
 	const unsigned char *ru = NULL, *ri = NULL;
-	int ku = row_find(s, s->sn_env->e_users, user, &ru);
-	int ki = row_find(s, s->sn_env->e_items, item, &ri);
+	int ku = snap_row_find(s, s->sn_env->e_users, user, &ru);
+	int ki = snap_row_find(s, s->sn_env->e_items, item, &ri);
 	if ((ku && ku != MFS_ENOTFOUND) || (ki && ki != MFS_ENOTFOUND)) {
 		snap_end(s);
 		return ku && ku != MFS_ENOTFOUND ? ku : ki;
@@ -535,156 +604,4 @@ int mfs_snap_predict(mfs_snap_t *s, const mfs_snap_id_t *user, const mfs_snap_id
 	if (known)
 		*known = (ku ? 0 : 1) | (ki ? 0 : 2);
 	return 0;
-}
-
-/* ---- top-K ---------------------------------------------------------------------------------------- */
-/* a ranks before b: higher score, then the smaller key (deterministic ties) */
-static int cand_better(const struct snap_cand *a, const struct snap_cand *b)
-{
-	if (a->score != b->score)
-		return a->score > b->score;
-	size_t n = a->key_len < b->key_len ? a->key_len : b->key_len;
-	int c = memcmp(a->key, b->key, n);
-	return c ? c < 0 : a->key_len < b->key_len;
-}
-
-/* The heap keeps the worst candidate at h[0]. */
-static void heap_sift_down(struct snap_cand *h, size_t n, size_t i)
-{
-	for (;;) {
-		size_t l = 2 * i + 1, w = i;
-		if (l < n && cand_better(&h[w], &h[l]))
-			w = l;
-		if (l + 1 < n && cand_better(&h[w], &h[l + 1]))
-			w = l + 1;
-		if (w == i)
-			return;
-		struct snap_cand t = h[i];
-		h[i] = h[w];
-		h[w] = t;
-		i = w;
-	}
-}
-
-static void heap_sift_up(struct snap_cand *h, size_t i)
-{
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!cand_better(&h[p], &h[i]))
-			return;
-		struct snap_cand t = h[i];
-		h[i] = h[p];
-		h[p] = t;
-		i = p;
-	}
-}
-
-int mfs_snap_topk(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k, mfs_snap_hit_t *out, size_t *n_out)
-{
-	if (!s || !n_out || (k && !out))
-		return MFS_EINVAL;
-	*n_out = 0;
-	unsigned char scratch[MFS_SNAP_KEY_MAX];
-	MDB_val kv, v;
-	int rc;
-	if ((rc = snap_key(user, scratch, &kv)))
-		return rc;
-	if ((rc = snap_begin(s)))
-		return rc;
-	const mfs_snap_meta_t *m = &s->sn_meta;
-	struct snap_env *e = s->sn_env;
-	MDB_cursor *cur = NULL;
-	const unsigned char *ru;
-	if ((rc = row_find(s, e->e_users, user, &ru)))
-		goto out;
-	if (k == 0)
-		goto out;
-	MDB_stat st;
-	if ((rc = mdb_stat(s->sn_txn, e->e_items, &st))) {
-		rc = snap_err(rc);
-		goto out;
-	}
-	size_t cap = k < st.ms_entries ? k : (size_t)st.ms_entries;
-	if (cap > s->sn_heap_cap) {
-		struct snap_cand *h = realloc(s->sn_heap, cap * sizeof *h);
-		if (!h) {
-			rc = ENOMEM;
-			goto out;
-		}
-		s->sn_heap = h;
-		s->sn_heap_cap = cap;
-	}
-	if (m->k > s->sn_vec_k) {
-		float *vec = realloc(s->sn_vec, m->k * sizeof *vec);
-		if (!vec) {
-			rc = ENOMEM;
-			goto out;
-		}
-		s->sn_vec = vec;
-		s->sn_vec_k = m->k;
-	}
-	/* decode the user once; items are read in place from the map */
-	float *p = s->sn_vec;
-	for (uint32_t j = 0; j < m->k; j++)
-		p[j] = mfs_snap_get_f32(ru + 4 + 4 * (size_t)j);
-	double base = m->mu + (double)mfs_snap_get_f32(ru);
-	const size_t row_bytes = mfs_snap_row_bytes(m->k);
-	struct snap_cand *h = s->sn_heap;
-	size_t n = 0;
-	if ((rc = mdb_cursor_open(s->sn_txn, e->e_items, &cur))) {
-		rc = snap_err(rc);
-		goto out;
-	}
-	for (rc = mdb_cursor_get(cur, &kv, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &kv, &v, MDB_NEXT)) {
-		if (v.mv_size != row_bytes) {
-			rc = MFS_EFORMAT;
-			goto out;
-		}
-		const unsigned char *q = v.mv_data;
-		double acc = 0.0;
-		for (uint32_t j = 0; j < m->k; j++)
-			acc += (double)p[j] * (double)mfs_snap_get_f32(q + 4 + 4 * (size_t)j);
-		struct snap_cand c = {(float)(base + (double)mfs_snap_get_f32(q) + acc), kv.mv_data, kv.mv_size};
-		if (n < cap) {
-			h[n] = c;
-			heap_sift_up(h, n++);
-		} else if (cand_better(&c, &h[0])) {
-			h[0] = c;
-			heap_sift_down(h, n, 0);
-		}
-	}
-	if (rc != MDB_NOTFOUND) {
-		rc = snap_err(rc);
-		goto out;
-	}
-	rc = 0;
-	/* pop worst-first into the tail of out: best ends up first; keys are copied out
-	 * before the txn resets and the map may move */
-	for (size_t left = n; left > 0; left--) {
-		mfs_snap_hit_t *hit = &out[left - 1];
-		const char *str;
-		size_t len;
-		memset(hit, 0, sizeof *hit);
-		hit->score = h[0].score;
-		hit->kind = mfs_snap_key_decode(h[0].key, h[0].key_len, &hit->num, &str, &len);
-		if (hit->kind == MFS_SNAP_KEY_TAG_STR) {
-			hit->kind = MFS_SNAP_ID_STR;
-			hit->len = len;
-			memcpy(hit->str, str, len);
-			hit->str[len] = '\0';
-		} else if (hit->kind == MFS_SNAP_KEY_TAG_U64) {
-			hit->kind = MFS_SNAP_ID_U64;
-		} else {
-			rc = MFS_EFORMAT;
-			goto out;
-		}
-		h[0] = h[left - 1];
-		heap_sift_down(h, left - 1, 0);
-	}
-	*n_out = n;
-out:
-	if (cur)
-		mdb_cursor_close(cur);
-	snap_end(s);
-	return rc;
 }

@@ -2,8 +2,15 @@
  *
  * The only external API of mfstream. C only, opaque handles, no CUDA or Kafka types.
  * Thread-safety: a handle may be used by one thread at a time; open one per thread (they
- * share the memory map through LMDB). Every call runs in its own short read transaction,
- * so it sees one whole snapshot; the map growing under the reader is handled transparently.
+ * share the memory map through LMDB, and the top-K item cache). Every call runs in its own
+ * short read transaction, so it sees one whole snapshot; the map growing under the reader
+ * is handled transparently.
+ *
+ * Top-K (docs/READER.md): the first top-K call after a new snapshot copies every item row
+ * into a cache keyed by the snapshot's seq (a full scan of the items: O(n_items * k)); later
+ * calls on that snapshot scan an int8 copy with SIMD and rescore the candidates exactly.
+ * The answer is always the exact one (same items, order and float32 scores as scoring every
+ * item with the formula of docs/SNAPSHOT_FORMAT.md).
  *
  * Return codes: 0, a positive errno, or a negative code; mfs_snap_strerror() names them all.
  */
@@ -77,10 +84,89 @@ MFS_SNAP_API int mfs_snap_item(mfs_snap_t *s, const mfs_snap_id_t *id, float *bi
  *  *known (optional) gets bit 1 for a known user, bit 2 for a known item. */
 MFS_SNAP_API int mfs_snap_predict(mfs_snap_t *s, const mfs_snap_id_t *user, const mfs_snap_id_t *item,
                                   float *out, int *known);
-/** The k best items for user by predicted score (unclipped), best first. *n_out <= k.
- *  @return 0, MFS_ENOTFOUND (unknown user), ENOMEM, MFS_EIDLEN, MFS_EFORMAT, MFS_ELMDB. */
+/** The k best items for user by predicted score (unclipped), best first; equal scores go
+ *  to the smaller encoded key. The fast path (mfs_snap_topk_ex with no options).
+ *  @param[in]  s      handle
+ *  @param[in]  user   the user
+ *  @param[in]  k      how many items (any size; k > n_items gives them all)
+ *  @param[out] out    k hits
+ *  @param[out] n_out  hits written, <= k
+ *  @return 0, MFS_ENOTFOUND (unknown user), ENOMEM, MFS_EIDLEN, MFS_EINVAL, MFS_EFORMAT, MFS_ELMDB. */
 MFS_SNAP_API int mfs_snap_topk(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k, mfs_snap_hit_t *out,
                                size_t *n_out);
+
+/** mfs_snap_topk_opts_t.flags. Every path returns the same hits and scores. */
+enum {
+	/** Score every item exactly from the cache (no int8 prefilter). Reads 4x the bytes of the
+	 *  default path; for checking it, and for data where the int8 bounds prune little. */
+	MFS_SNAP_TOPK_EXACT = 1u << 0,
+	/** Neither build nor use the item cache: stream every row from LMDB inside the call's
+	 *  txn and score it (the reference path; no memory beyond k hits). */
+	MFS_SNAP_TOPK_NOCACHE = 1u << 1,
+};
+
+typedef struct mfs_snap_topk_opts {
+	const mfs_snap_id_t *exclude; /* items never returned (e.g. already seen); unknown ids are ignored */
+	size_t n_exclude;
+	unsigned flags;               /* MFS_SNAP_TOPK_* */
+} mfs_snap_topk_opts_t;
+
+/** Which path answered a top-K call (mfs_snap_topk_stats_t.path). */
+enum { MFS_SNAP_PATH_INT8 = 1, MFS_SNAP_PATH_EXACT = 2, MFS_SNAP_PATH_NOCACHE = 3 };
+
+typedef struct mfs_snap_topk_stats {
+	uint64_t seq;          /* the snapshot the answer comes from */
+	uint64_t n_items;      /* items in it */
+	uint64_t n_excluded;   /* exclude ids found among them (after removing repeats) */
+	uint64_t n_scored;     /* items scored exactly: the int8 path's candidates, else n_items */
+	int path;              /* MFS_SNAP_PATH_* */
+	int refreshed;         /* 1 if this call built the item cache (a new snapshot) */
+	double refresh_ms;     /* if so, how long that took */
+} mfs_snap_topk_stats_t;
+
+/** Top-K with options: an exclude list and the path flags.
+ *  The cache follows the snapshot: a call that sees a new seq first rebuilds it (a full scan
+ *  of the items, inside that call's read txn; calls on other handles of the same directory
+ *  wait for it); mfs_snap_cache_refresh does it ahead of time. If the cache cannot be
+ *  allocated the call answers on the no-cache path instead.
+ *  @param[in]  s      handle
+ *  @param[in]  user   the user
+ *  @param[in]  k      how many items
+ *  @param[in]  opts   exclude list and flags; NULL = none
+ *  @param[out] out    k hits, best first (excluded items never appear)
+ *  @param[out] n_out  hits written: min(k, n_items - excluded found)
+ *  @param[out] stats  optional (NULL): how the call went
+ *  @return 0, MFS_ENOTFOUND (unknown user), MFS_EINVAL, MFS_EIDLEN (a bad user or exclude id),
+ *          ENOMEM, MFS_EFORMAT, MFS_ELMDB. */
+MFS_SNAP_API int mfs_snap_topk_ex(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k,
+                                  const mfs_snap_topk_opts_t *opts, mfs_snap_hit_t *out, size_t *n_out,
+                                  mfs_snap_topk_stats_t *stats);
+
+/** Bring the item cache up to the current snapshot now (so no query pays the rebuild):
+ *  at startup, and e.g. from a background thread with its own handle after a publish.
+ *  Cheap when the cache is current (one short txn).
+ *  @param[in]  s          handle
+ *  @param[out] seq        optional: the snapshot the cache now holds
+ *  @param[out] refreshed  optional: 1 if this call rebuilt it
+ *  @return 0, MFS_EINVAL, ENOMEM, MFS_EFORMAT, MFS_EVERSION, MFS_ELMDB. */
+MFS_SNAP_API int mfs_snap_cache_refresh(mfs_snap_t *s, uint64_t *seq, int *refreshed);
+
+/** The current snapshot's seq and age (now - its wall_time_ms, from this host's clock; may
+ *  be negative if the clock stepped back). One short txn (~0.1 us); the meta is cached per
+ *  snapshot. Cheap enough to check before every query, e.g. to alert or to fall back when
+ *  the model is older than a limit.
+ *  @param[in]  s       handle
+ *  @param[out] seq     optional
+ *  @param[out] age_ms  optional
+ *  @return 0, MFS_EINVAL, MFS_EFORMAT, MFS_EVERSION, MFS_ELMDB. */
+MFS_SNAP_API int mfs_snap_staleness(mfs_snap_t *s, uint64_t *seq, int64_t *age_ms);
+
+/** Clear the reader slots of dead processes in lock.mdb now (mdb_reader_check). libmfsnap
+ *  already does this at open and, at most every 10 s, when it sees a new snapshot.
+ *  @param[in]  s     handle
+ *  @param[out] dead  optional: slots cleared
+ *  @return 0, MFS_EINVAL, MFS_ELMDB. */
+MFS_SNAP_API int mfs_snap_reader_check(mfs_snap_t *s, int *dead);
 /** Text for any code these functions return (mfstream codes, errno and raw LMDB codes). */
 MFS_SNAP_API const char *mfs_snap_strerror(int err);
 

@@ -10,6 +10,8 @@ proof that docs/SNAPSHOT_FORMAT.md is enough to read a snapshot in another langu
     bias, vec = snap.user(42)    # u64 id; snap.user("alice") / snap.user("str:42") for strings
     snap.predict(42, "item-7")   # clipped; unknown ids fall back to mu + the known biases
     snap.topk(42, 10)            # [(item_id, score), ...] best first
+    snap.topk(42, 10, exclude=[7, "item-3"])   # never returns those (e.g. already seen)
+    snap.staleness()             # (seq, age_ms) of the current snapshot
 
 Ids: an int is a u64 id. A str is the id's text form, parsed like the C tools do: a
 canonical decimal ("0", "42"; no sign, no leading zero, < 2**64) is a u64 id, "str:" forces
@@ -23,21 +25,32 @@ ours is live then) and begin again. Scores are computed as the C reader does - i
 two agree bit for bit. One Snapshot per directory per process: LMDB does not allow the same
 environment to be opened twice in one process.
 
+Top-K keeps every item of one snapshot in numpy arrays, keyed by the snapshot's seq: the
+first topk() after a publish re-reads all items (a full scan; snapshots rewrite only touched
+rows and say not which). A query then takes one float32 matrix-vector product (BLAS, any
+summation order) and, from its proven error bound (|error| <= gamma_k sum_j |p_j q_ij|),
+the items that can still be in the top k (np.partition over the lower bounds); only those
+are rescored exactly, in j order. So the answer is exactly libmfsnap's (same items, order
+and float32 scores), whatever the data.
+
 CLI:
     mfsnap.py DIR                              the meta record as JSON
     mfsnap.py DIR --user ID | --item ID        {"user": ..., "bias": ..., "factors": [...]}
     mfsnap.py DIR --user ID --item ID          the prediction (one number)
     mfsnap.py DIR --user ID --top K            K lines "item score", best first
+              [--exclude ID,ID,...]            ... never listing those items
     mfsnap.py DIR --dump                       every row: "users|items <id> <float32 bits in hex>..."
 """
 
 import argparse
+import bisect
 import json
 import math
 import os
 import re
 import struct
 import sys
+import time
 
 import lmdb
 import numpy as np
@@ -159,8 +172,7 @@ class Snapshot:
             self._env.close()
             raise SnapshotNotFound("no snapshot in %s yet (no meta database)" % self.path) from None
         self._meta_db, self._users, self._items = dbs
-        self._cache_id = None       # txn id the cached item matrix is from
-        self._cache = None
+        self._cache = None          # _ItemCache of the last snapshot top-K saw
         try:
             with self._txn() as txn:
                 self._read_meta(txn)
@@ -298,44 +310,59 @@ class Snapshot:
             known.extend([ru is not None, ri is not None])
         return float(np.float32(self._clip(r, meta)))
 
-    def _item_matrix(self, txn, meta):
-        """(ids, biases float64, factors float32 n x k) of every item, read in this txn."""
-        if self._cache_id == txn.id() and self._cache is not None:
+    def _item_cache(self, txn, meta):
+        """The _ItemCache of this txn's snapshot: reused while seq is unchanged, else rebuilt
+        from every item row (a full scan)."""
+        if self._cache is not None and self._cache.seq == meta["seq"]:
             return self._cache
-        k = meta["k"]
-        rb = 4 * (1 + k)
-        keys, vals = [], []
-        for key, val in txn.cursor(db=self._items):
-            if len(val) != rb:
-                raise SnapshotError("item row of %d bytes, expected %d" % (len(val), rb))
-            keys.append(key)
-            vals.append(val)
-        m = np.frombuffer(b"".join(vals), dtype="<f4").reshape(len(vals), 1 + k)
-        ids = [decode_key(key) for key in keys]
-        self._cache = (ids, m[:, 0].astype(np.float64), m[:, 1:])
-        self._cache_id = txn.id()
+        self._cache = None              # free the old arrays before building the new ones
+        self._cache = _ItemCache(txn, self._items, meta)
         return self._cache
 
-    def topk(self, user, k):
+    def staleness(self):
+        """(seq, age_ms) of the current snapshot: age from this host's clock (may be < 0 if the
+        clock stepped back)."""
+        with self._txn() as txn:
+            meta = self._read_meta(txn)
+        return meta["seq"], int(time.time() * 1000) - meta["wall_time_ms"]
+
+    def topk(self, user, k, exclude=()):
         """The k best items for user by unclipped score, best first: [(item_id, score)].
-        Ties go to the smaller key. KeyError if the user is unknown."""
+        Ties go to the smaller key. Items in `exclude` (ids; unknown ones are ignored) are
+        never returned. KeyError if the user is unknown."""
         if k < 0:
             raise ValueError("k < 0")
+        ex_keys = [encode_key(x) for x in exclude]
         with self._txn() as txn:
             meta = self._read_meta(txn)
             ru = self._row(txn, self._users, user, meta["k"])
             if ru is None:
                 raise KeyError("user %s is not in the snapshot" % format_id(parse_id(user)))
-            ids, bias, q = self._item_matrix(txn, meta)
-        if k == 0 or not ids:
+            cache = self._item_cache(txn, meta)
+        n = len(cache.keys)
+        if k == 0 or n == 0:
             return []
+        excluded = {i for i in (cache.index(key) for key in ex_keys) if i is not None}
+        kk = min(n, k + len(excluded))
+        base = meta["mu"] + ru[0]
+        cand = cache.candidates(ru[1], base, kk)
+        # exact scores of the candidates: float64, summed in j order, as the C reader does
         p = ru[1].astype(np.float64)
-        acc = np.zeros(len(ids), dtype=np.float64)
-        for j in range(meta["k"]):      # j order, as the C reader sums
-            acc += q[:, j].astype(np.float64) * p[j]
-        scores = (((meta["mu"] + ru[0]) + bias) + acc).astype(np.float32)
-        order = np.argsort(-scores, kind="stable")[:k]   # items are in key order: ties -> smaller key
-        return [(ids[i], float(scores[i])) for i in order]
+        qc = cache.q if len(cand) == n else cache.q[cand]
+        acc = np.zeros(len(cand), dtype=np.float64)
+        for j in range(meta["k"]):
+            acc += qc[:, j].astype(np.float64) * p[j]
+        scores = ((base + cache.bias[cand]) + acc).astype(np.float32)
+        order = np.lexsort((cand, -scores))   # by score, then index (= key order)
+        out = []
+        for o in order:
+            i = int(cand[o])
+            if i in excluded:
+                continue
+            out.append((cache.ids[i], float(scores[o])))
+            if len(out) == k:
+                break
+        return out
 
     def rows(self, which):
         """Iterate (id, bias, factors) over "users" or "items" in key order (one txn)."""
@@ -344,6 +371,53 @@ class Snapshot:
             k = self._read_meta(txn)["k"]
             out = [(decode_key(key), *self._decode_row(bytes(val), k)) for key, val in txn.cursor(db=db)]
         return out
+
+
+class _ItemCache:
+    """Every item row of one snapshot (seq): keys and ids in key order, biases (float64) and
+    factors (float32, n x k, contiguous), and each row's max |q_ij| for the error bound."""
+
+    def __init__(self, txn, db, meta):
+        k = meta["k"]
+        rb = 4 * (1 + k)
+        keys, vals = [], []
+        for key, val in txn.cursor(db=db):
+            if len(val) != rb:
+                raise SnapshotError("item row of %d bytes, expected %d" % (len(val), rb))
+            keys.append(bytes(key))
+            vals.append(val)
+        m = np.frombuffer(b"".join(vals), dtype="<f4").reshape(len(vals), 1 + k)
+        self.seq = meta["seq"]
+        self.keys = keys                 # sorted: LMDB's byte order is Python's bytes order
+        self.ids = [decode_key(key) for key in keys]
+        self.bias = m[:, 0].astype(np.float64)
+        self.q = np.ascontiguousarray(m[:, 1:], dtype=np.float32)
+        self.rowmax = np.abs(self.q).max(axis=1).astype(np.float64) if len(keys) else np.zeros(0)
+
+    def index(self, key):
+        """Position of an encoded key, or None."""
+        i = bisect.bisect_left(self.keys, key)
+        return i if i < len(self.keys) and self.keys[i] == key else None
+
+    def candidates(self, p, base, kk):
+        """Indices of the items that can be among the kk best (all of them if unsure).
+        The float32 product's error is at most gamma_k * sum_j |p_j q_ij| <= gamma_k *
+        ||p||_1 * rowmax_i (any summation order, FMA or not); the bounds use 2 (k + 2) 2^-24
+        for gamma_k plus 2^-20 of the magnitudes (float32 rounding of the final score)."""
+        n, k = self.q.shape
+        if kk >= n:
+            return np.arange(n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dot = (self.q @ p.astype(np.float32)).astype(np.float64)
+            eps = (2.0 * (k + 2) * 2.0 ** -24) * float(np.abs(p.astype(np.float64)).sum()) * self.rowmax
+            mid = (base + self.bias) + dot
+            slack = (abs(base) + np.abs(self.bias) + np.abs(dot) + eps) * 2.0 ** -20 + 2.0 ** -120
+            lo = mid - eps - slack
+            up = mid + eps + slack
+        if not (np.isfinite(lo).all() and np.isfinite(up).all()):
+            return np.arange(n)
+        thr = np.partition(lo, n - kk)[n - kk]          # the kk-th largest lower bound
+        return np.flatnonzero(up >= thr)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
@@ -361,10 +435,13 @@ def main(argv=None):
     ap.add_argument("--user")
     ap.add_argument("--item")
     ap.add_argument("--top", type=int)
+    ap.add_argument("--exclude", help="with --top: comma-separated item ids never to list")
     ap.add_argument("--dump", action="store_true", help="every row, float32 bits in hex")
     a = ap.parse_args(argv)
     if a.top is not None and (a.user is None or a.item is not None or a.top < 1):
         ap.error("--top K (K >= 1) needs --user and no --item")
+    if a.exclude is not None and a.top is None:
+        ap.error("--exclude needs --top")
     try:
         snap = Snapshot(a.dir)
     except SnapshotError as e:
@@ -376,7 +453,8 @@ def main(argv=None):
                 for ident, bias, vec in snap.rows(which):
                     print(which, format_id(ident), _bits(bias), *(_bits(x) for x in vec.tolist()))
         elif a.user is not None and a.top is not None:
-            for ident, score in snap.topk(a.user, a.top):
+            exclude = [x for x in a.exclude.split(",") if x] if a.exclude else []
+            for ident, score in snap.topk(a.user, a.top, exclude):
                 print("%s %.9g" % (format_id(ident), score))
         elif a.user is not None and a.item is not None:
             known = []
