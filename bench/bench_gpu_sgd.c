@@ -2,14 +2,31 @@
  *
  *   bench_gpu_sgd [--users U] [--items I] [--ratings N] [--zipf S] [--k K] [--epochs E]
  *                 [--engine cuda|cpu] [--threads T] [--label NAME] [--csv FILE] [--copy-gb G]
+ *                 [--dtype fp32|fp16] [--target-rmse R] [--max-epochs M] [--trace 1]
+ *                 [--variants V1,V2,...] [--lr LR]
  *
  * Data: a planted biased rank-8 model (mu 3.5, bias sd 0.3, dot sd 0.5, noise sd 0.5, clipped
  * to [1, 5]); users uniform, item popularity Zipf(S) over a random permutation of items; iid
- * order. 1 % is held out. Generated in memory with one thread per core (seeded per chunk).
- * Prints one table row per run (median epoch updates/s, bytes per update, achieved GB/s next
- * to the device-to-device copy bandwidth measured in the same process, final test RMSE) and
- * appends it to the CSV. Bytes per update: rating 12 + p and q read and written (4 k x element
- * size) + biases read and written 16 = 16k + 28 in fp32, 8k + 28 in fp16 (--dtype).
+ * order. 1 % is held out. Generated in memory in 64 fixed chunks (seeded per chunk, run by one
+ * thread per core), so the same flags give the same ratings on any machine: the CPU reference
+ * RMSE measured on one machine is a target for a GPU run on another.
+ * Prints one table row per run (median epoch updates/s over the first E epochs, bytes per
+ * update, achieved GB/s next to the device-to-device copy bandwidth measured in the same
+ * process, test RMSE after E epochs) and appends it to the CSV. Bytes per update: rating 12 +
+ * p and q read and written (4 k x element size) + biases read and written 16 = 16k + 28 in
+ * fp32, 8k + 28 in fp16 (--dtype).
+ *
+ * Hyperparameters: lr 0.02 (--lr), lambda_p = lambda_q = 0.04, bias lambdas 0.02, fixed rate.
+ *
+ * Time to target: with --target-rmse R (the test RMSE the CPU reference reaches after 20
+ * epochs on the same flags, see bench/gpu_sgd.sh), the test RMSE is scored after every epoch
+ * and the run goes on past E, up to M epochs (default 2E), until it is <= R; the row reports
+ * the epochs and the training seconds (sum of epoch times, loss passes excluded) it took.
+ *
+ * --variants runs several CUDA engine settings on the same data in one process (one engine
+ * each, all from the same initial model): NAME@C sets MFS_CUDA_PLAIN_C=C (the plain-store
+ * threshold of gpu/cuda/engine_cuda.cu, read at open) for that engine, NAME alone leaves the
+ * default; NAME labels the row.
  */
 #include <math.h>
 #include <pthread.h>
@@ -27,9 +44,9 @@
 #endif
 
 struct opts {
-	long users, items, ratings, k, epochs, threads;
-	double zipf, copy_gb;
-	const char *engine, *label, *csv, *dtype;
+	long users, items, ratings, k, epochs, threads, max_epochs, trace;
+	double zipf, copy_gb, target, lr;
+	const char *engine, *label, *csv, *dtype, *variants;
 };
 
 struct gen {
@@ -63,6 +80,27 @@ static void *gen_chunk(void *arg)
 		g->r[x] = (float)(d < 1 ? 1 : d > 5 ? 5 : d);
 	}
 	return NULL;
+}
+
+#define GEN_CHUNKS 64
+
+struct gen_pool {
+	struct gen *g;
+	int next;
+	pthread_mutex_t mu;
+};
+
+static void *gen_worker(void *arg)
+{
+	struct gen_pool *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		int c = p->next < GEN_CHUNKS ? p->next++ : -1;
+		pthread_mutex_unlock(&p->mu);
+		if (c < 0)
+			return NULL;
+		gen_chunk(&p->g[c]);
+	}
 }
 
 /* Vose's alias table for P(rank) ~ 1 / (rank + 1)^s. */
@@ -105,9 +143,90 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Train one engine on the set for E epochs (more with a target), print and record a row. */
+static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp16, const char *variant,
+                       uint32_t *U, uint32_t *I, float *R, size_t ntrain, uint32_t *TU, uint32_t *TI, float *TR,
+                       size_t ntest, double copy_gbps, double t_gen)
+{
+	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
+	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
+	mfs_engine_t *e;
+	char err[256];
+	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {
+		fprintf(stderr, "bench_gpu_sgd: %s\n", err);
+		return 1;
+	}
+	mfs_hparams_t hp = {(float)o->lr, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
+	mfs_set_t *st, *ste;
+	double t0 = mfs_now_s();
+	if (mfs_engine_set_hparams(e, &hp) || mfs_engine_set_load(e, &(mfs_batch_t){U, I, R, ntrain}, &st) ||
+	    mfs_engine_set_load(e, &(mfs_batch_t){TU, TI, TR, ntest}, &ste)) {
+		fprintf(stderr, "bench_gpu_sgd: set load failed\n");
+		return 1;
+	}
+	double t_load = mfs_now_s() - t0;
+	double *ups = calloc((size_t)o->epochs, sizeof *ups);
+	double t_train = 0, t_hit = NAN, rmse_e = NAN, rmse_last = NAN;
+	long ep_hit = 0, ep = 0;
+	while (ep < o->max_epochs && (ep < o->epochs || (!isnan(o->target) && !ep_hit))) {
+		double a = mfs_now_s();
+		if (mfs_engine_sgd_set(e, st, (uint64_t)ep + 1))
+			return 1;
+		double dt = mfs_now_s() - a;
+		t_train += dt;
+		if (ep < o->epochs)
+			ups[ep] = (double)ntrain / dt;
+		ep++;
+		if (!isnan(o->target) || o->trace || ep == o->epochs) {
+			mfs_loss_t l;
+			if (mfs_engine_loss_set(e, ste, &l))
+				return 1;
+			rmse_last = l.rmse;
+			if (ep == o->epochs)
+				rmse_e = l.rmse;
+			if (!ep_hit && l.rmse <= o->target)
+				ep_hit = ep, t_hit = t_train;
+			if (o->trace)
+				fprintf(stderr, "  %s %s zipf %.2f epoch %ld: test RMSE %.5f (%.3f s)\n", o->label, variant, o->zipf,
+				        ep, l.rmse, dt);
+		}
+	}
+	qsort(ups, (size_t)o->epochs, sizeof *ups, cmp_double);
+	double med = ups[o->epochs / 2];
+	free(ups);
+	double bpu = (fp16 ? 8.0 : 16.0) * (double)o->k + 28;
+	double gbs = med * bpu / 1e9;
+	char hit[64] = "-";
+	if (ep_hit)
+		snprintf(hit, sizeof hit, "%ld/%.2f", ep_hit, t_hit);
+	else if (!isnan(o->target))
+		snprintf(hit, sizeof hit, "no(%.4f)", rmse_last);
+	printf("%-24s %4s %-9s %5.2f %4ld %5s %8.3f %6.0f %7.1f %7.1f %5.1f%% %8.4f %7.4f %12s %5.1f %5.1f\n", o->label,
+	       o->engine, variant, o->zipf, o->k, o->dtype, med / 1e9, bpu, gbs, copy_gbps, 100 * gbs / copy_gbps, rmse_e,
+	       o->target, hit, t_gen, t_load);
+	fflush(stdout);
+	if (o->csv) {
+		FILE *f = fopen(o->csv, "a");
+		if (f) {
+			if (ftell(f) == 0)
+				fprintf(f, "label,engine,variant,users,items,ratings,zipf,k,dtype,lr,epochs,updates_per_s,"
+				           "bytes_per_update,achieved_gbps,copy_gbps,test_rmse,target_rmse,epochs_to_target,"
+				           "seconds_to_target\n");
+			fprintf(f, "%s,%s,%s,%ld,%ld,%ld,%.2f,%ld,%s,%.3f,%ld,%.0f,%.0f,%.1f,%.1f,%.5f,%.5f,%ld,%.3f\n", o->label,
+			        o->engine, variant, o->users, o->items, o->ratings, o->zipf, o->k, o->dtype, o->lr, o->epochs, med, bpu,
+			        gbs, copy_gbps, rmse_e, o->target, ep_hit, t_hit);
+			fclose(f);
+		}
+	}
+	mfs_engine_set_free(e, st);
+	mfs_engine_set_free(e, ste);
+	mfs_engine_close(e);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	struct opts o = {1000000, 1000000, 100000000, 128, 5, 0, 0, 4, "cuda", "run", NULL, "fp32"};
+	struct opts o = {1000000, 1000000, 100000000, 128, 5, 0, 0, 0, 0, 4, NAN, 0.02, "cuda", "run", NULL, "fp32", NULL};
 	for (int a = 1; a + 1 < argc; a += 2) {
 		const char *f = argv[a], *v = argv[a + 1];
 		if (!strcmp(f, "--users")) o.users = atol(v);
@@ -122,6 +241,11 @@ int main(int argc, char **argv)
 		else if (!strcmp(f, "--csv")) o.csv = v;
 		else if (!strcmp(f, "--copy-gb")) o.copy_gb = atof(v);
 		else if (!strcmp(f, "--dtype")) o.dtype = v;
+		else if (!strcmp(f, "--target-rmse")) o.target = atof(v);
+		else if (!strcmp(f, "--max-epochs")) o.max_epochs = atol(v);
+		else if (!strcmp(f, "--trace")) o.trace = atol(v);
+		else if (!strcmp(f, "--lr")) o.lr = atof(v);
+		else if (!strcmp(f, "--variants")) o.variants = v;
 		else {
 			fprintf(stderr, "bench_gpu_sgd: unknown flag %s\n", f);
 			return 2;
@@ -170,20 +294,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_gpu_sgd: out of memory\n");
 		return 1;
 	}
+	/* GEN_CHUNKS chunks, each with its own seed, whatever the number of cores */
 	long nt = sysconf(_SC_NPROCESSORS_ONLN);
 	if (nt < 1)
 		nt = 1;
-	if (nt > 64)
-		nt = 64;
-	pthread_t th[64];
-	struct gen g[64];
-	for (long t = 0; t < nt; t++) {
-		g[t] = (struct gen){&o, pu, qi, bu, bi, ai, ap, perm, U, I, R, n * (size_t)t / (size_t)nt,
-		                    n * (size_t)(t + 1) / (size_t)nt, mfs_mix64(777, (uint64_t)t)};
-		pthread_create(&th[t], NULL, gen_chunk, &g[t]);
-	}
+	if (nt > GEN_CHUNKS)
+		nt = GEN_CHUNKS;
+	pthread_t th[GEN_CHUNKS];
+	struct gen g[GEN_CHUNKS];
+	for (long c = 0; c < GEN_CHUNKS; c++)
+		g[c] = (struct gen){&o, pu, qi, bu, bi, ai, ap, perm, U, I, R, n * (size_t)c / GEN_CHUNKS,
+		                    n * (size_t)(c + 1) / GEN_CHUNKS, mfs_mix64(777, (uint64_t)c)};
+	struct gen_pool pool = {g, 0};
+	pthread_mutex_init(&pool.mu, NULL);
+	for (long t = 0; t < nt; t++)
+		pthread_create(&th[t], NULL, gen_worker, &pool);
 	for (long t = 0; t < nt; t++)
 		pthread_join(th[t], NULL);
+	pthread_mutex_destroy(&pool.mu);
 	/* every 100th rating is held out (the order is iid, so this is a random 1 %) */
 	size_t ntest = n / 100, ntrain = n - ntest;
 	uint32_t *TU = malloc(ntest * 4), *TI = malloc(ntest * 4);
@@ -217,51 +345,28 @@ int main(int argc, char **argv)
 	mfs_model_observe(m, sum, ntrain);
 
 	const int fp16 = !strcmp(o.dtype, "fp16");
-	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o.threads, 0, 0, 42,
-	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
-	mfs_engine_t *e;
-	char err[256];
-	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {
-		fprintf(stderr, "bench_gpu_sgd: %s\n", err);
-		return 1;
-	}
-	mfs_hparams_t hp = {0.02f, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
-	mfs_engine_set_hparams(e, &hp);
-	mfs_set_t *st, *ste;
-	t0 = mfs_now_s();
-	if (mfs_engine_set_load(e, &(mfs_batch_t){U, I, R, ntrain}, &st) ||
-	    mfs_engine_set_load(e, &(mfs_batch_t){TU, TI, TR, ntest}, &ste))
-		return 1;
-	double t_load = mfs_now_s() - t0;
-	double *ups = calloc((size_t)o.epochs, sizeof *ups);
-	for (long ep = 0; ep < o.epochs; ep++) {
-		double a = mfs_now_s();
-		if (mfs_engine_sgd_set(e, st, (uint64_t)ep + 1))
+	if (o.epochs < 1)
+		o.epochs = 1;
+	if (o.max_epochs < o.epochs)
+		o.max_epochs = isnan(o.target) ? o.epochs : 2 * o.epochs;
+	/* one engine per variant ("" = the engine's defaults), all from the same initial model:
+	 * a CUDA engine trains its device copy and the host model is never synced here */
+	char vbuf[256];
+	snprintf(vbuf, sizeof vbuf, "%s", o.variants && is_cuda ? o.variants : "");
+	char *save = NULL;
+	const char *var = strtok_r(vbuf, ",", &save);
+	for (int first = 1; first || var; first = 0, var = var ? strtok_r(NULL, ",", &save) : NULL) {
+		if (!var)
+			var = ""; /* no --variants: one run with the defaults */
+		const char *at = strchr(var, '@');
+		if (at)
+			setenv("MFS_CUDA_PLAIN_C", at + 1, 1);
+		else
+			unsetenv("MFS_CUDA_PLAIN_C");
+		if (run_variant(&o, m, is_cuda, fp16, var[0] ? var : "default", U, I, R, ntrain, TU, TI, TR, ntest,
+		                copy_gbps, t_gen))
 			return 1;
-		ups[ep] = (double)ntrain / (mfs_now_s() - a);
 	}
-	mfs_loss_t l;
-	mfs_engine_loss_set(e, ste, &l);
-	qsort(ups, (size_t)o.epochs, sizeof *ups, cmp_double);
-	double med = ups[o.epochs / 2];
-	double bpu = (fp16 ? 8.0 : 16.0) * (double)o.k + 28;
-	double gbs = med * bpu / 1e9;
-	printf("%-28s %9s %6.2f %4ld %5s %12.3f %8.0f %9.1f %9.1f %6.1f%% %9.4f %6.1f %6.1f\n", o.label, o.engine,
-	       o.zipf, o.k, o.dtype, med / 1e9, bpu, gbs, copy_gbps, 100 * gbs / copy_gbps, l.rmse, t_gen, t_load);
-	if (o.csv) {
-		FILE *f = fopen(o.csv, "a");
-		if (f) {
-			if (ftell(f) == 0)
-				fprintf(f, "label,engine,users,items,ratings,zipf,k,dtype,epochs,updates_per_s,bytes_per_update,"
-				           "achieved_gbps,copy_gbps,test_rmse\n");
-			fprintf(f, "%s,%s,%ld,%ld,%ld,%.2f,%ld,%s,%ld,%.0f,%.0f,%.1f,%.1f,%.5f\n", o.label, o.engine, o.users,
-			        o.items, o.ratings, o.zipf, o.k, o.dtype, o.epochs, med, bpu, gbs, copy_gbps, l.rmse);
-			fclose(f);
-		}
-	}
-	mfs_engine_set_free(e, st);
-	mfs_engine_set_free(e, ste);
-	mfs_engine_close(e);
 	mfs_model_free(m);
 	return 0;
 }

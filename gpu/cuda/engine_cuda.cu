@@ -1,5 +1,6 @@
-/* engine_cuda.cu - the CUDA engine: device-resident factors, warp-per-rating Hogwild! SGD,
- * a deterministic full-pass loss. Implements gpu/engine_int.h like the CPU engine.
+/* engine_cuda.cu - the CUDA engine: device-resident factors, Hogwild! SGD with 16-byte row
+ * accesses and per-row store modes, a deterministic full-pass loss. Implements
+ * gpu/engine_int.h like the CPU engine.
  *
  * DESIGN: the host model (model_store) stays the source of truth for ids and new rows; the
  * device holds P, Q, bu, bi with their own capacities. grow() uploads rows the host added
@@ -9,8 +10,18 @@
  * Calls are synchronous on one stream: each returns with the work done and errors checked.
  *
  * Factor storage is fp32 or fp16 (model.dtype); arithmetic is always fp32, biases fp32. The
- * kernels are templated on the storage type T through `stor<T>` (load, store, atomic add), so
- * the fp16 path is the same code with half the bytes per update.
+ * kernels are templated on the storage type T, so the fp16 path is the same code with half the
+ * bytes per update: `stor<T>` (one element) for the deterministic and loss kernels, `vec16<T>`
+ * (16 bytes: load, store, vector RED) for the Hogwild kernel.
+ *
+ * Hogwild kernel (sgd_hogwild_kernel) and row modes (row_modes): at set load each row's
+ * expected number of concurrent holders c = (ratings in flight) x (its share of the ratings)
+ * picks how its updates land: plain stores (c <= PLAIN_C), atomic deltas (up to HOT_C), or
+ * whole deltas with probability HOT_C / c (hot rows). Streaming batches take atomic deltas,
+ * with per-rating sampling for hot rows. Measured side by side: docs/ENGINE.md.
+ *
+ * Knobs for experiments (environment, read at open): MFS_CUDA_PLAIN_C (the plain-store
+ * threshold; 0 = atomic deltas for every row), MFS_CUDA_ROWS_PER_WARP (caps the grid).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,14 +35,16 @@
 
 #define LOSS_CHUNK 4096 /* ratings per loss block: fixed, so the reduction order is fixed */
 #define WARPS_PER_BLOCK 8
-#define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_scales) */
+#define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_modes) */
+#define PLAIN_C 0.1 /* default: rows held by at most this many warps at once take plain stores */
 
 struct dev_set {
 	uint32_t *u, *i;
 	float *r;
 	size_t n;
-	float *su, *si; /* per-row step scale for Hogwild (sets; NULL = 1): see row_scales */
-	float *ru, *ri; /* per-rating step scale (streaming batches with hot rows; NULL = none) */
+	float *su, *si; /* per-row mode of the Hogwild kernel (sets; NULL = du/di for every row): row_modes */
+	float *ru, *ri; /* per-rating mode (streaming batches with hot rows; NULL = none) */
+	float du, di;   /* the mode of every row of a side when su/si is NULL */
 	size_t r_cap;
 };
 
@@ -55,21 +68,21 @@ struct cuda_impl {
 	uint32_t cnt_cap_u, cnt_cap_i;
 	float *h_ru, *h_ri;      /* host per-rating scales */
 	size_t h_r_cap;
+	double plain_c; /* MFS_CUDA_PLAIN_C: rows with expected concurrency <= this take plain stores */
+	int hog_bps;    /* resident blocks per SM of the Hogwild kernel (occupancy) */
+	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
+	uint32_t launches; /* salts the sampling coins of streaming batches */
 };
 
-/* ---- storage traits: how a kernel reads, writes and atomically adds one factor ---------- */
+/* ---- storage traits: how the deterministic and loss kernels read and write one factor ---- */
 template <typename T> struct stor;
 template <> struct stor<float> {
 	static __device__ __forceinline__ float ld(const float *p) { return *p; }
-	static __device__ __forceinline__ float ldcg(const float *p) { return __ldcg(p); }
 	static __device__ __forceinline__ void st(float *p, float v) { *p = v; }
-	static __device__ __forceinline__ void add(float *p, float v) { atomicAdd(p, v); }
 };
 template <> struct stor<__half> {
 	static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
-	static __device__ __forceinline__ float ldcg(const __half *p) { return __half2float(__ldcg(p)); }
 	static __device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
-	static __device__ __forceinline__ void add(__half *p, float v) { atomicAdd(p, __float2half_rn(v)); }
 };
 
 /* A uniform number in [0, 1) from a rating's index: the coin of sampled hot-row updates. */
@@ -82,6 +95,12 @@ __device__ __forceinline__ float coin01(size_t x, uint32_t salt)
 	h *= 0xC2B2AE35u;
 	h ^= h >> 16;
 	return (float)(h >> 8) * (1.0f / 16777216.0f);
+}
+
+/* The salt of a launch's coins: epoch (sets) or launch count (batches), mixed. */
+static inline uint32_t mfs_coin_salt(uint64_t x)
+{
+	return (uint32_t)(mfs_mix64(0xC01Full, x) >> 16);
 }
 
 /* ---- kernels ------------------------------------------------------------------------- */
@@ -150,137 +169,197 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
 	}
 }
 
-/* sgd_atomic_kernel: the Hogwild! path. Same math as sgd_kernel, but each update is applied
- * as a delta with atomicAdd (compiled to RED.ADD: no return value, resolved in L2):
- *   dp = g q - lr lambda_p p,  dq = g p - lr lambda_q q,  p += dp,  q += dq  (p, q as read)
- * Two warps that hold the same row at once both land their deltas instead of the last store
- * winning, so a hot row (a popular item, an active user) is never starved of updates; what
- * remains is staleness (a delta computed from a row another warp is changing), which SGD
- * tolerates like a small mini-batch. That is why this kernel runs with the full grid, where
- * the plain-store kernel had to cap warps in flight (see launch_sgd).
- * Bytes per update as sgd_kernel: 16k + 28 (the RED traffic replaces the stores). */
-template <typename T, int V>
-__global__ void sgd_atomic_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
-                                  const float *__restrict__ rs, size_t n, T *P, T *Q, float *bu,
-                                  float *bi, float mu, const mfs_hparams_t *hp, unsigned long long *skipped,
-                                  const float *__restrict__ su, const float *__restrict__ si,
-                                  const float *__restrict__ ru, const float *__restrict__ ri)
-{
-	const int k = V * 32;
-	const int lane = threadIdx.x & 31;
-	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
-	const size_t nwarps = (gridDim.x * (size_t)blockDim.x) >> 5;
-	const float lr = hp->lr;
-	const float ap = lr * hp->lambda_p, aq = lr * hp->lambda_q;
-	const float abu = lr * hp->lambda_bu, abi = lr * hp->lambda_bi;
-	for (size_t x = warp; x < n; x += nwarps) {
-		const uint32_t u = __ldg(us + x), i = __ldg(is + x);
-		const float r = __ldg(rs + x);
-		if (u == MFS_ROW_NONE || i == MFS_ROW_NONE) /* unknown id in a set: scored, never trained */
-			continue;
-		T *p = P + (size_t)u * k, *q = Q + (size_t)i * k;
-		float pv[V], qv[V];
-		float dot = 0.f;
-#pragma unroll
-		for (int j = 0; j < V; j++) {
-			pv[j] = stor<T>::ldcg(p + lane + 32 * j); /* L2: other SMs' deltas land there */
-			qv[j] = stor<T>::ldcg(q + lane + 32 * j);
-			dot = fmaf(pv[j], qv[j], dot);
-		}
-#pragma unroll
-		for (int o = 16; o; o >>= 1)
-			dot += __shfl_xor_sync(0xffffffffu, dot, o);
-		const float b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
-		const float e = r - (mu + b_u + b_i + dot);
-		if (!isfinite(e)) {
-			if (lane == 0)
-				atomicAdd(skipped, 1ull);
-			continue;
-		}
-		const float g = lr * e;
-		/* Hot rows (step scale s < 1, see row_scales): instead of adding s * delta on every
-		 * rating, add the whole delta with probability s. Same expected step, and the atomic
-		 * traffic on a row held by c warps drops by c / HOT_C -- the hottest rows are what
-		 * bounds throughput under skew. The coin hashes the rating's index. */
-		const float cu = ru ? __ldg(ru + x) : su ? __ldg(su + u) : 1.f;
-		const float ci = ri ? __ldg(ri + x) : si ? __ldg(si + i) : 1.f;
-		const bool wu = cu >= 1.f || coin01(x, 0x51u) < cu, wi = ci >= 1.f || coin01(x, 0xA7u) < ci;
-#pragma unroll
-		for (int j = 0; j < V; j++) {
-			if (wu)
-				stor<T>::add(p + lane + 32 * j, g * qv[j] - ap * pv[j]);
-			if (wi)
-				stor<T>::add(q + lane + 32 * j, g * pv[j] - aq * qv[j]);
-		}
-		if (lane == 0) {
-			if (wu)
-				atomicAdd(bu + u, g - abu * b_u);
-			if (wi)
-				atomicAdd(bi + i, g - abi * b_i);
-		}
+/* ---- 16-byte vectors: the unit of access of the Hogwild kernel ------------------------
+ * A vector stays in its storage form (raw) in registers and is widened element by element
+ * where the math uses it: fp16 rows cost half the registers, which is occupancy. */
+template <typename T> struct vec16;
+template <> struct vec16<float> {
+	static constexpr int E = 4; /* elements per 16 bytes */
+	typedef float4 raw;
+	static __device__ __forceinline__ raw ld(const float *p)
+	{
+		return __ldcg(reinterpret_cast<const float4 *>(p)); /* L2: other SMs write there */
 	}
-}
+	static __device__ __forceinline__ float get(const raw &v, int t)
+	{
+		return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+	}
+	static __device__ __forceinline__ void st(float *p, const float *f)
+	{
+		*reinterpret_cast<float4 *>(p) = make_float4(f[0], f[1], f[2], f[3]);
+	}
+	/* one 16-byte reduction in L2 (sm_90: red.global.add.v4.f32) */
+	static __device__ __forceinline__ void red(float *p, const float *f)
+	{
+		asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(f[0]), "f"(f[1]), "f"(f[2]),
+		             "f"(f[3])
+		             : "memory");
+	}
+};
+template <> struct vec16<__half> {
+	static constexpr int E = 8;
+	typedef uint4 raw;
+	static __device__ __forceinline__ uint32_t pack(float a, float b)
+	{
+		const __half2 h = __floats2half2_rn(a, b);
+		uint32_t w;
+		memcpy(&w, &h, sizeof w);
+		return w;
+	}
+	static __device__ __forceinline__ raw ld(const __half *p) { return __ldcg(reinterpret_cast<const uint4 *>(p)); }
+	static __device__ __forceinline__ float get(const raw &v, int t)
+	{
+		const uint32_t w = t < 2 ? v.x : t < 4 ? v.y : t < 6 ? v.z : v.w;
+		__half2 h;
+		memcpy(&h, &w, sizeof w);
+		return t & 1 ? __high2float(h) : __low2float(h);
+	}
+	static __device__ __forceinline__ void st(__half *p, const float *f)
+	{
+		*reinterpret_cast<uint4 *>(p) = make_uint4(pack(f[0], f[1]), pack(f[2], f[3]), pack(f[4], f[5]), pack(f[6], f[7]));
+	}
+	/* one 16-byte reduction of four half2 pairs in L2 (sm_90: red.global.add.noftz.v4.f16x2) */
+	static __device__ __forceinline__ void red(__half *p, const float *f)
+	{
+		asm volatile("red.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(pack(f[0], f[1])),
+		             "r"(pack(f[2], f[3])), "r"(pack(f[4], f[5])), "r"(pack(f[6], f[7]))
+		             : "memory");
+	}
+};
 
-/* sgd_atomic_h2_kernel: the Hogwild! kernel for fp16 storage when k is a multiple of 64.
- * Scalar 16-bit atomicAdd is slow (measured on an H200: fp16 MovieLens ran at 95 M updates/s
- * against 983 M in fp32), so here lane l owns the adjacent pairs 2(l + 32j), 2(l + 32j) + 1
- * and applies both deltas with one native __half2 atomic (RED.F16x2). Same math as
- * sgd_atomic_kernel; the dot product's order differs from the reference's, which fp16 (judged
- * with a tolerance) does not need. Bytes per update 8k + 28. VP = k / 64 pairs per lane. */
-template <int VP>
-__global__ void sgd_atomic_h2_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
-                                     const float *__restrict__ rs, size_t n, __half2 *P, __half2 *Q, float *bu,
-                                     float *bi, float mu, const mfs_hparams_t *hp, unsigned long long *skipped,
-                                     const float *__restrict__ su, const float *__restrict__ si,
-                                     const float *__restrict__ ru, const float *__restrict__ ri)
+/* How a row of K elements of T is cut for sgd_hogwild_kernel: NV 16-byte vectors, L lanes per
+ * update (16, 8 or 4: the widest that divides NV), V vectors per lane, 32 / L updates per warp. */
+template <typename T, int K> struct hog_shape {
+	static constexpr int NV = K * (int)sizeof(T) / 16;
+	static constexpr int L = NV % 16 == 0 ? 16 : NV % 8 == 0 ? 8 : 4;
+	static constexpr int V = NV / L;
+	static constexpr int G = 32 / L;
+};
+
+/* Row modes of the Hogwild kernel (per row in a set's mode arrays, per rating for batches):
+ *   m > 1 (MODE_PLAIN): plain read-modify-write store -- the row is held by at most ~PLAIN_C
+ *         warps at once, so a lost update is rare and Hogwild! tolerates it;
+ *   m = 1: the delta lands with a vector atomic (RED) -- rows several warps hold at once;
+ *   m < 1: hot row: the whole delta lands with probability m (sampled, see row_modes). */
+#define MODE_PLAIN 2.0f
+
+/* sgd_hogwild_kernel: the Hogwild! kernel, one template for fp32 and fp16 storage and every k.
+ * Math as sgd_kernel, per rating (u, i, r):
+ *   e = r - (mu + bu + bi + p.q),  g = lr e
+ *   plain rows:  p = (1 - lr lp) p + g q      atomic rows:  p += g q - lr lp p  (RED, in L2)
+ *   (q alike with the old p), biases the same way from lane 0 of the group.
+ * Launch: grid = SMs x occupancy blocks of 8 warps, grid-stride; a group of L lanes takes one
+ * rating, so a warp holds 32 / L ratings at once; lane s of a group owns the 16-byte vectors
+ * s, s + L, ... of p and of q (one 16-byte load and one 16-byte store or RED per vector: for
+ * fp16 k=128, 16 lanes x 16 B = the 256-byte row). The dot's order (lane partial sums, then a
+ * butterfly over the group) differs from the reference's: Hogwild is judged statistically.
+ * The next rating's (u, i, r) is loaded before the current one is worked, so the index loads
+ * leave the dependency chain. Row modes (above) come from md_u/md_i (per row, sets), mr_u/mr_i
+ * (per rating, batches) or mode_u/mode_i (the whole side). Bytes per update: 16k + 28 in fp32,
+ * 8k + 28 in fp16. */
+template <typename T, int K>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+	sgd_hogwild_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is, const float *__restrict__ rs,
+	                   size_t n, T *P, T *Q, float *bu, float *bi, float mu, const mfs_hparams_t *hp,
+	                   unsigned long long *skipped, const float *__restrict__ md_u, const float *__restrict__ md_i,
+	                   const float *__restrict__ mr_u, const float *__restrict__ mr_i, float mode_u, float mode_i,
+	                   uint32_t salt)
 {
-	const int k2 = VP * 32; /* half2 per row */
-	const int lane = threadIdx.x & 31;
+	using S = hog_shape<T, K>;
+	constexpr int E = vec16<T>::E, L = S::L, V = S::V, G = S::G;
+	const int lane = threadIdx.x & 31, sub = lane % L, grp = lane / L;
 	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
-	const size_t nwarps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const size_t stride = ((gridDim.x * (size_t)blockDim.x) >> 5) * G;
 	const float lr = hp->lr;
 	const float ap = lr * hp->lambda_p, aq = lr * hp->lambda_q;
 	const float abu = lr * hp->lambda_bu, abi = lr * hp->lambda_bi;
-	for (size_t x = warp; x < n; x += nwarps) {
-		const uint32_t u = __ldg(us + x), i = __ldg(is + x);
-		const float r = __ldg(rs + x);
-		if (u == MFS_ROW_NONE || i == MFS_ROW_NONE)
-			continue;
-		__half2 *p = P + (size_t)u * k2, *q = Q + (size_t)i * k2;
-		float2 pv[VP], qv[VP];
-		float dot = 0.f;
+	const float dp = 1.f - ap, dq = 1.f - aq, dbu = 1.f - abu, dbi = 1.f - abi;
+	size_t x = warp * G + grp;
+	uint32_t nu = MFS_ROW_NONE, ni = MFS_ROW_NONE;
+	float nr = 0.f;
+	if (x < n)
+		nu = __ldg(us + x), ni = __ldg(is + x), nr = __ldg(rs + x);
+	/* the loop bound is the warp's (x - grp), so all 32 lanes run the same iterations and
+	 * meet at every shuffle; a group past n or with an unknown row just idles */
+	for (; x - grp < n; x += stride) {
+		const uint32_t u = nu, i = ni;
+		const float r = nr;
+		if (x + stride < n) /* prefetch the next rating's indices */
+			nu = __ldg(us + x + stride), ni = __ldg(is + x + stride), nr = __ldg(rs + x + stride);
+		else
+			nu = ni = MFS_ROW_NONE;
+		const bool live = u != MFS_ROW_NONE && i != MFS_ROW_NONE;
+		T *p = P + (size_t)u * K + sub * E, *q = Q + (size_t)i * K + sub * E;
+		typename vec16<T>::raw pv[V], qv[V];
+		float dot = 0.f, b_u = 0.f, b_i = 0.f, cu = 1.f, ci = 1.f;
+		if (live) {
 #pragma unroll
-		for (int j = 0; j < VP; j++) {
-			pv[j] = __half22float2(__ldcg(p + lane + 32 * j));
-			qv[j] = __half22float2(__ldcg(q + lane + 32 * j));
-			dot = fmaf(pv[j].x, qv[j].x, dot);
-			dot = fmaf(pv[j].y, qv[j].y, dot);
+			for (int j = 0; j < V; j++) {
+				pv[j] = vec16<T>::ld(p + j * L * E);
+				qv[j] = vec16<T>::ld(q + j * L * E);
+			}
+			b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
+			cu = mr_u ? __ldg(mr_u + x) : md_u ? __ldg(md_u + u) : mode_u;
+			ci = mr_i ? __ldg(mr_i + x) : md_i ? __ldg(md_i + i) : mode_i;
+#pragma unroll
+			for (int j = 0; j < V; j++)
+#pragma unroll
+				for (int t = 0; t < E; t++)
+					dot = fmaf(vec16<T>::get(pv[j], t), vec16<T>::get(qv[j], t), dot);
 		}
 #pragma unroll
-		for (int o = 16; o; o >>= 1)
+		for (int o = L / 2; o; o >>= 1)
 			dot += __shfl_xor_sync(0xffffffffu, dot, o);
-		const float b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
+		if (!live)
+			continue;
 		const float e = r - (mu + b_u + b_i + dot);
-		if (!isfinite(e)) {
-			if (lane == 0)
+		if (!isfinite(e)) { /* never let NaN/inf reach the factors */
+			if (sub == 0)
 				atomicAdd(skipped, 1ull);
 			continue;
 		}
 		const float g = lr * e;
-		const float cu = ru ? __ldg(ru + x) : su ? __ldg(su + u) : 1.f;
-		const float ci = ri ? __ldg(ri + x) : si ? __ldg(si + i) : 1.f;
-		const bool wu = cu >= 1.f || coin01(x, 0x51u) < cu, wi = ci >= 1.f || coin01(x, 0xA7u) < ci;
+		/* sampled hot rows: the coin hashes the rating's index and the launch's salt */
+		const bool wu = cu >= 1.f || coin01(x, salt ^ 0x51u) < cu;
+		const bool wi = ci >= 1.f || coin01(x, salt ^ 0xA7u) < ci;
+#define PV(t) vec16<T>::get(pv[j], t)
+#define QV(t) vec16<T>::get(qv[j], t)
 #pragma unroll
-		for (int j = 0; j < VP; j++) {
-			if (wu)
-				atomicAdd(p + lane + 32 * j, __floats2half2_rn(g * qv[j].x - ap * pv[j].x, g * qv[j].y - ap * pv[j].y));
-			if (wi)
-				atomicAdd(q + lane + 32 * j, __floats2half2_rn(g * pv[j].x - aq * qv[j].x, g * pv[j].y - aq * qv[j].y));
+		for (int j = 0; j < V; j++) {
+			float f[E];
+			if (cu > 1.f) {
+#pragma unroll
+				for (int t = 0; t < E; t++)
+					f[t] = fmaf(g, QV(t), dp * PV(t));
+				vec16<T>::st(p + j * L * E, f);
+			} else if (wu) {
+#pragma unroll
+				for (int t = 0; t < E; t++)
+					f[t] = g * QV(t) - ap * PV(t);
+				vec16<T>::red(p + j * L * E, f);
+			}
+			if (ci > 1.f) {
+#pragma unroll
+				for (int t = 0; t < E; t++)
+					f[t] = fmaf(g, PV(t), dq * QV(t));
+				vec16<T>::st(q + j * L * E, f);
+			} else if (wi) {
+#pragma unroll
+				for (int t = 0; t < E; t++)
+					f[t] = g * PV(t) - aq * QV(t);
+				vec16<T>::red(q + j * L * E, f);
+			}
 		}
-		if (lane == 0) {
-			if (wu)
+#undef PV
+#undef QV
+		if (sub == 0) {
+			if (cu > 1.f)
+				bu[u] = fmaf(dbu, b_u, g);
+			else if (wu)
 				atomicAdd(bu + u, g - abu * b_u);
-			if (wi)
+			if (ci > 1.f)
+				bi[i] = fmaf(dbi, b_i, g);
+			else if (wi)
 				atomicAdd(bi + i, g - abi * b_i);
 		}
 	}
@@ -350,6 +429,7 @@ __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__r
 /* ---- host side ----------------------------------------------------------------------- */
 
 static struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
+static int hog_setup(struct cuda_impl *c, int k);
 
 /* grow one device table to `need` rows (copy under the synchronous stream) */
 static int dev_grow(struct cuda_impl *c, void **F, float **b, uint32_t *cap, uint32_t need, int k)
@@ -492,8 +572,11 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 	c->dev = e->conf.device;
 	c->fp16 = e->conf.dtype == MFS_DTYPE_FP16;
 	c->es = c->fp16 ? sizeof(__half) : sizeof(float);
-	const char *rpw = getenv("MFS_CUDA_ROWS_PER_WARP"); /* tuning knob for benchmarks */
+	/* knobs for benchmarks and comparisons (bench_gpu_sgd --variants), not configuration */
+	const char *rpw = getenv("MFS_CUDA_ROWS_PER_WARP");
 	c->rows_per_warp = rpw && atoi(rpw) > 0 ? (size_t)atoi(rpw) : 0;
+	const char *pc = getenv("MFS_CUDA_PLAIN_C");
+	c->plain_c = pc && *pc ? atof(pc) : PLAIN_C;
 	cudaError_t err = cudaSetDevice(c->dev);
 	if (err == cudaSuccess)
 		err = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->dev);
@@ -510,7 +593,13 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		cuda_close(e);
 		return MFS_EGPU;
 	}
-	int rc = cuda_grow(e);
+	int rc = hog_setup(c, e->model->k);
+	if (rc) {
+		mfs_errf(errstr, es, rc, "CUDA device %d: cannot size the Hogwild kernel", c->dev);
+		cuda_close(e);
+		return rc;
+	}
+	rc = cuda_grow(e);
 	if (rc) {
 		mfs_errf(errstr, es, rc, "CUDA device %d: cannot allocate the model", c->dev);
 		cuda_close(e);
@@ -527,39 +616,92 @@ static int cuda_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
 }
 
 template <typename T>
-static void launch_sgd_t(struct cuda_impl *c, const struct dev_set *s, int det, int blocks, int threads, float mu,
-                         int k)
+using hog_fn = void (*)(const uint32_t *, const uint32_t *, const float *, size_t, T *, T *, float *, float *, float,
+                        const mfs_hparams_t *, unsigned long long *, const float *, const float *, const float *,
+                        const float *, float, float, uint32_t);
+
+/* The Hogwild kernel for k (a multiple of 32 in 32..256: cuda_can_implement) and its ratings per warp. */
+template <typename T> static hog_fn<T> hog_kernel(int k, int *G)
 {
-	T *P = (T *)c->P, *Q = (T *)c->Q;
-	if (c->fp16 && !det && k % 64 == 0) { /* paired half2 atomics */
-		__half2 *P2 = (__half2 *)c->P, *Q2 = (__half2 *)c->Q;
-#define H2_CASE(VP)                                                                                              \
-	case VP:                                                                                                     \
-		sgd_atomic_h2_kernel<VP><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P2, Q2, c->bu, c->bi, \
-		                                                            mu, c->d_hp, c->d_skipped, s->su, s->si,    \
-		                                                            s->ru, s->ri);                              \
-		break;
-		switch (k / 64) { H2_CASE(1) H2_CASE(2) H2_CASE(3) H2_CASE(4) }
-#undef H2_CASE
-		return;
+	switch (k) {
+#define HOG_CASE(K)                                                                                              \
+	case K:                                                                                                      \
+		*G = hog_shape<T, K>::G;                                                                                 \
+		return sgd_hogwild_kernel<T, K>;
+		HOG_CASE(32) HOG_CASE(64) HOG_CASE(96) HOG_CASE(128) HOG_CASE(160) HOG_CASE(192) HOG_CASE(224) HOG_CASE(256)
+#undef HOG_CASE
 	}
-#define SGD_CASE(V)                                                                                              \
-	case V:                                                                                                      \
-		if (det)                                                                                                 \
-			sgd_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu, \
-			                                                    c->d_hp, c->d_skipped);                        \
-		else                                                                                                     \
-			sgd_atomic_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu,      \
-			                                                           c->bi, mu, c->d_hp, c->d_skipped, s->su, \
-			                                                           s->si, s->ru, s->ri);                   \
-		break;
-	switch (k / 32) {
-		SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
-	}
-#undef SGD_CASE
+	*G = 1;
+	return NULL;
 }
 
-static int launch_sgd(mfs_engine_t *e, const struct dev_set *s)
+/* The grid of the Hogwild kernel is SMs x its occupancy; the hot-row estimates need the number
+ * of ratings held at once (warps x ratings per warp). Computed once at open: k and the dtype
+ * are fixed for the engine's life. */
+static int hog_setup(struct cuda_impl *c, int k)
+{
+	const void *fn = c->fp16 ? (const void *)hog_kernel<__half>(k, &c->hog_g) : (const void *)hog_kernel<float>(k, &c->hog_g);
+	if (!fn)
+		return MFS_EINVAL;
+	int nb = 0;
+	MFS_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * WARPS_PER_BLOCK, 0));
+	c->hog_bps = nb > 0 ? nb : 1;
+	mfs_debug("cuda", "msg=\"hogwild kernel\" k=%d fp16=%d blocks_per_sm=%d ratings_per_warp=%d", k, c->fp16, c->hog_bps,
+	          c->hog_g);
+	return 0;
+}
+
+/* Blocks of the Hogwild launch for n ratings: SMs x occupancy (one wave), fewer for small
+ * sets, or capped at rows / MFS_CUDA_ROWS_PER_WARP warps (experiments and tests). */
+static size_t hog_blocks(mfs_engine_t *e, size_t n)
+{
+	const struct cuda_impl *c = impl_of(e);
+	const size_t per_block = (size_t)WARPS_PER_BLOCK * c->hog_g;
+	size_t need = (n + per_block - 1) / per_block;
+	size_t full = (size_t)c->sms * c->hog_bps;
+	size_t b = need < full ? need : full;
+	if (c->rows_per_warp) {
+		const mfs_model_t *m = e->model;
+		size_t rows = m->n_users < m->n_items ? m->n_users : m->n_items;
+		size_t cap = (rows / c->rows_per_warp + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+		b = b < cap ? b : cap;
+	}
+	return b ? b : 1;
+}
+
+/* Ratings the Hogwild launch holds at once for a set or batch of n ratings. */
+static double hog_inflight(mfs_engine_t *e, size_t n)
+{
+	const struct cuda_impl *c = impl_of(e);
+	const double held = (double)hog_blocks(e, n) * WARPS_PER_BLOCK * c->hog_g;
+	return (double)n < held ? (double)n : held;
+}
+
+template <typename T>
+static void launch_sgd_t(struct cuda_impl *c, const struct dev_set *s, int det, int blocks, int threads, float mu,
+                         int k, uint32_t salt)
+{
+	T *P = (T *)c->P, *Q = (T *)c->Q;
+	if (det) {
+#define SGD_CASE(V)                                                                                              \
+	case V:                                                                                                      \
+		sgd_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu,     \
+		                                                    c->d_hp, c->d_skipped);                            \
+		break;
+		switch (k / 32) {
+			SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
+		}
+#undef SGD_CASE
+		return;
+	}
+	int G;
+	hog_fn<T> fn = hog_kernel<T>(k, &G);
+	fn<<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu, c->d_hp, c->d_skipped, s->su,
+	                                      s->si, s->ru, s->ri, s->du, s->di, salt);
+}
+
+/* One Hogwild (or deterministic) pass over s; salt varies the sampling coins between launches. */
+static int launch_sgd(mfs_engine_t *e, const struct dev_set *s, uint32_t salt)
 {
 	struct cuda_impl *c = impl_of(e);
 	if (!s->n)
@@ -570,28 +712,19 @@ static int launch_sgd(mfs_engine_t *e, const struct dev_set *s)
 		blocks = 1; /* one warp walks the ratings in order: the reference's exact sequence */
 		threads = 32;
 	} else {
-		/* Full grid (SMs x 8 blocks of 8 warps). The plain-store kernel lost updates when two
-		 * warps held one row, and had to be capped at rows / rows_per_warp warps (measured on
-		 * an H200, 4000 x 2000 planted problem: 16 rows/warp -> RMSE 0.7620, 256 -> 0.7190,
-		 * reference 0.7185); the atomic kernel needs no cap unless MFS_CUDA_ROWS_PER_WARP asks
-		 * for one (kept for experiments). */
+		/* Full grid (SMs x occupancy blocks of 8 warps). The first (all plain-store) kernel lost
+		 * updates when two warps held one row and had to be capped at rows / rows_per_warp
+		 * warps (H200, 4000 x 2000 planted problem: 16 rows/warp -> RMSE 0.7620, 256 -> 0.7190,
+		 * reference 0.7185); now only rows that few warps hold take plain stores (row_modes), so
+		 * no cap is needed unless MFS_CUDA_ROWS_PER_WARP asks for one. */
 		threads = 32 * WARPS_PER_BLOCK;
-		size_t need = (s->n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-		size_t full = (size_t)c->sms * 8;
-		size_t b = need < full ? need : full;
-		if (c->rows_per_warp) {
-			const mfs_model_t *m = e->model;
-			size_t rows = m->n_users < m->n_items ? m->n_users : m->n_items;
-			size_t cap = (rows / c->rows_per_warp + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-			b = b < cap ? b : cap;
-		}
-		blocks = (int)(b ? b : 1);
+		blocks = (int)hog_blocks(e, s->n);
 	}
 	const float mu = (float)e->model->mu;
 	if (c->fp16)
-		launch_sgd_t<__half>(c, s, det, blocks, threads, mu, e->model->k);
+		launch_sgd_t<__half>(c, s, det, blocks, threads, mu, e->model->k, salt);
 	else
-		launch_sgd_t<float>(c, s, det, blocks, threads, mu, e->model->k);
+		launch_sgd_t<float>(c, s, det, blocks, threads, mu, e->model->k, salt);
 	MFS_CUDA_LAUNCHED();
 	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
 	e->model->events_applied += s->n;
@@ -717,7 +850,7 @@ static int grow_counts(uint32_t **cnt, uint32_t *cap, uint32_t rows)
 	return 0;
 }
 
-/* Streaming batches get the same hot-row treatment as sets (see row_scales), per rating:
+/* Streaming batches get the same hot-row treatment as sets (see row_modes), per rating:
  * count each row's ratings in the batch (counters are reset by walking the batch again, so
  * the cost is O(batch), not O(rows)), and when some row is held by more than HOT_C warps,
  * upload one scale per rating. Measured on an H200 before this: `serve --engine cuda` on a
@@ -735,9 +868,7 @@ static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 		c->cnt_u[b->u[x]]++;
 		c->cnt_i[b->i[x]]++;
 	}
-	const double full = (double)c->sms * 8 * WARPS_PER_BLOCK;
-	const double warps = (double)b->n < full ? (double)b->n : full;
-	const double k = warps / (double)b->n; /* c_r = k * n_r */
+	const double k = hog_inflight(e, b->n) / (double)b->n; /* c_r = k * n_r */
 	if (b->n > c->h_r_cap) {
 		float *nu = (float *)realloc(c->h_ru, b->n * sizeof *nu);
 		if (nu)
@@ -782,6 +913,9 @@ static int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 		return rc;
 	struct dev_set s = impl_of(e)->batch; /* per-rating scales only for this launch */
 	s.ru = s.ri = NULL;
+	/* every row of a batch takes atomic deltas (mode 1): classifying rows as plain would need
+	 * a per-rating upload for every batch, and streaming is bound by the host, not the kernel */
+	s.du = s.di = 1.f;
 	if (!e->conf.deterministic && b->n) {
 		int hot;
 		if ((rc = batch_scales(e, b, &hot)))
@@ -791,7 +925,7 @@ static int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 			s.ri = impl_of(e)->batch.ri;
 		}
 	}
-	return launch_sgd(e, &s);
+	return launch_sgd(e, &s, mfs_coin_salt(++impl_of(e)->launches));
 }
 
 static int cuda_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
@@ -845,51 +979,76 @@ static int shuffled_copy(const mfs_batch_t *b, uint64_t seed, uint32_t *hu, uint
 	return 0;
 }
 
-/* Per-row step scales of a set for the atomic Hogwild kernel. With W warps in flight over N
- * iid-ordered ratings, row r (n_r ratings) is held by about c_r = W n_r / N warps at once;
- * each of their deltas is computed from the same stale row, so summing them takes a step up to
- * c_r times the intended one; SGD stays stable while c_r lr |p|^2 is well below 2. The kernel
- * scales row r's deltas by min(1, HOT_C / c_r): rows shared by fewer than HOT_C warps keep
- * the exact Hogwild step, hot rows take an averaged (mini-batch) step. Measured on an H200:
- * no scaling diverged at Zipf 1.2 (c ~ 1500 on the top item); scaling every row with c > 1
- * over-damped a 4000 x 2000 problem where c ~ 2-4 everywhere (RMSE 0.8176 vs 0.7197 unscaled,
- * reference 0.7185). A set without hot rows gets no scale array (no extra loads). */
-static int row_scales(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, double warps, float **dev)
+/* Per-row modes of a set for the Hogwild kernel (MODE_PLAIN, 1, or a sampling probability).
+ * With H ratings held at once over N iid-ordered ratings, row r (n_r ratings) is held by about
+ * c_r = H n_r / N warps at once, and a plain read-modify-write loses roughly that fraction of
+ * the row's updates.
+ *  - c_r <= plain_c (PLAIN_C = 0.1): plain stores. Two holders at once are rare (uniform
+ *    1M x 1M, 100M ratings: c ~ 0.013 for every row) and a lost update now and then is the
+ *    Hogwild! bargain; a RED costs L2 atomic throughput a plain store does not. The threshold
+ *    was 1 first: on H100, 20000 x 20000 x 4M ratings (c ~ 0.4-0.6 everywhere) plain stores
+ *    ended at test RMSE 0.773 (fp32) / 0.799 (fp16) against the reference's 0.586 (atomic
+ *    deltas: 0.5865 / 0.5880); on 1M x 1M Zipf 0.8, fp16, 1 against 0.1 gave 0.5628 vs 0.5618
+ *    (CPU 0.5610) and ran 1 % slower. Lost updates act like a lower rate on the row.
+ *  - plain_c < c_r <= HOT_C: atomic deltas, so concurrent holders all land theirs (plain stores
+ *    for every row lost too many: 4000 x 2000 planted problem, c ~ 2-4 everywhere, RMSE 0.7620
+ *    vs the reference's 0.7185).
+ *  - c_r > HOT_C (hot): the c_r deltas computed from one stale row sum to a step c_r times the
+ *    intended one (diverged at Zipf 1.2, c ~ 1500 on the top item), so the row takes each delta
+ *    whole with probability HOT_C / c_r: an averaged step, c_r / HOT_C times fewer atomics on
+ *    the rows that bound throughput under skew. Scaling every row with c > 1 instead over-damped
+ *    the 4000 x 2000 problem (0.8176).
+ * A side whose rated rows all share one mode gets no array (*dev = NULL, *def = the mode):
+ * uniform sets pay no extra load. Rows with no ratings in the set never matter. */
+static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, double inflight, double plain_c,
+                     float **dev, float *def)
 {
 	*dev = NULL;
+	*def = MODE_PLAIN;
 	if (!rows || !b->n)
 		return 0;
 	uint32_t *cnt = (uint32_t *)calloc(rows, sizeof *cnt);
-	float *sc = (float *)malloc((size_t)rows * sizeof *sc);
-	if (!cnt || !sc) {
+	float *md = (float *)malloc((size_t)rows * sizeof *md);
+	if (!cnt || !md) {
 		free(cnt);
-		free(sc);
+		free(md);
 		return ENOMEM;
 	}
 	for (size_t x = 0; x < b->n; x++)
 		if (col[x] < rows)
 			cnt[col[x]]++;
-	size_t hot = 0;
+	size_t hot = 0, atomic = 0, plain = 0;
+	float first = -1.f;
+	int mixed = 0;
 	for (uint32_t r = 0; r < rows; r++) {
-		double c = warps * (double)cnt[r] / (double)b->n;
-		sc[r] = c > HOT_C ? (float)(HOT_C / c) : 1.0f;
+		double c = inflight * (double)cnt[r] / (double)b->n;
+		md[r] = c > HOT_C ? (float)(HOT_C / c) : c > plain_c ? 1.0f : MODE_PLAIN;
+		if (!cnt[r])
+			continue;
 		hot += c > HOT_C;
+		atomic += c > plain_c && c <= HOT_C;
+		plain += c <= plain_c;
+		if (first < 0)
+			first = md[r];
+		mixed |= md[r] != first;
 	}
 	free(cnt);
-	if (!hot) {
-		free(sc);
+	mfs_debug("cuda", "msg=\"row modes\" rows=%u plain=%zu atomic=%zu hot=%zu inflight=%.0f", rows, plain, atomic, hot,
+	          inflight);
+	if (!mixed) {
+		*def = first < 0 ? MODE_PLAIN : first;
+		free(md);
 		return 0;
 	}
-	cudaError_t err = cudaMalloc(dev, (size_t)rows * sizeof *sc);
+	cudaError_t err = cudaMalloc(dev, (size_t)rows * sizeof *md);
 	if (err == cudaSuccess)
-		err = cudaMemcpy(*dev, sc, (size_t)rows * sizeof *sc, cudaMemcpyHostToDevice);
-	free(sc);
+		err = cudaMemcpy(*dev, md, (size_t)rows * sizeof *md, cudaMemcpyHostToDevice);
+	free(md);
 	if (err != cudaSuccess) {
 		cudaFree(*dev);
 		*dev = NULL;
 		MFS_CUDA_TRY(err);
 	}
-	mfs_debug("cuda", "msg=\"row scales\" rows=%u hot_rows=%zu warps=%.0f", rows, hot, warps);
 	return 0;
 }
 
@@ -912,14 +1071,14 @@ static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 	free(hu);
 	free(hi);
 	free(hr);
+	d->du = d->di = 1.f;
 	if (!rc && !e->conf.deterministic) {
-		/* warps in flight as launch_sgd will run them (full grid, or fewer for small sets) */
+		/* ratings in flight as launch_sgd will run them (full grid, or fewer for small sets) */
 		struct cuda_impl *c = impl_of(e);
-		double full = (double)c->sms * 8 * WARPS_PER_BLOCK;
-		double warps = (double)b->n < full ? (double)b->n : full;
-		rc = row_scales(b, e->model->n_users, b->u, warps, &d->su);
+		const double inflight = hog_inflight(e, b->n);
+		rc = row_modes(b, e->model->n_users, b->u, inflight, c->plain_c, &d->su, &d->du);
 		if (!rc)
-			rc = row_scales(b, e->model->n_items, b->i, warps, &d->si);
+			rc = row_modes(b, e->model->n_items, b->i, inflight, c->plain_c, &d->si, &d->di);
 	}
 	if (rc) {
 		free_set(d);
@@ -942,8 +1101,8 @@ static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
 
 static int cuda_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
 {
-	(void)epoch; /* the order is the set's (shuffled once when loaded by the caller) */
-	return launch_sgd(e, (struct dev_set *)s);
+	/* the order is the set's (shuffled once at load); the epoch draws fresh sampling coins */
+	return launch_sgd(e, (struct dev_set *)s, mfs_coin_salt(epoch));
 }
 
 static int cuda_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
