@@ -7,30 +7,17 @@
  */
 #include "ingest/batcher.h"
 
+#include "common/grow.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t nc = *cap ? *cap : 64;
-	while (nc < need)
-		nc *= 2;
-	void *np = realloc(*p, nc * elem);
-	if (!np)
-		return ENOMEM;
-	*p = np;
-	*cap = nc;
-	return 0;
-}
-
 int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, rd_kafka_message_t *msg)
 {
-	if (grow((void **)&b->ev, &b->cap, b->n + n_ev, sizeof *b->ev) ||
-	    grow((void **)&b->msg, &b->cap_msg, b->n_msg + 1, sizeof *b->msg))
+	if (mfs_grow((void **)&b->ev, &b->cap, b->n + n_ev, sizeof *b->ev) ||
+	    mfs_grow((void **)&b->msg, &b->cap_msg, b->n_msg + 1, sizeof *b->msg))
 		return ENOMEM;
 	if (n_ev)
 		memcpy(b->ev + b->n, ev, n_ev * sizeof *ev);
@@ -48,7 +35,7 @@ int mfs_ebatch_advance(mfs_ebatch_t *b, const char *topic, int32_t partition, in
 				b->off[j].next = next;
 			return 0;
 		}
-	if (grow((void **)&b->off, &b->cap_off, b->n_off + 1, sizeof *b->off))
+	if (mfs_grow((void **)&b->off, &b->cap_off, b->n_off + 1, sizeof *b->off))
 		return ENOMEM;
 	b->off[b->n_off++] = (mfs_ebatch_off_t){topic, partition, next};
 	return 0;
@@ -187,7 +174,7 @@ void mfs_bring_release(mfs_bring_t *r, mfs_ebatch_t *b)
 	r->br_inflight--;
 	int kept = 0;
 	if (r->br_n_free < r->br_cap + 2 &&
-	    grow((void **)&r->br_free, &r->br_cap_free, r->br_n_free + 1, sizeof *r->br_free) == 0) {
+	    mfs_grow((void **)&r->br_free, &r->br_cap_free, r->br_n_free + 1, sizeof *r->br_free) == 0) {
 		r->br_free[r->br_n_free++] = b;
 		kept = 1;
 	}

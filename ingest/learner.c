@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "gpu/engine.h"
@@ -90,21 +91,6 @@ struct mfs_learner {
 	mfs_learner_stats_t st;
 	mfs_catalog_t *cat; /* metrics (NULL: none) */
 };
-
-static int grow_arr(void **p, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t nc = *cap ? *cap : 256;
-	while (nc < need)
-		nc *= 2;
-	void *np = realloc(*p, nc * elem);
-	if (!np)
-		return ENOMEM;
-	*p = np;
-	*cap = nc;
-	return 0;
-}
 
 static applied_off_t *off_get(mfs_learner_t *l, const char *topic, int32_t partition)
 {
@@ -302,7 +288,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	for (int r = 0; r < MFS_REJ__COUNT; r++)
 		l->rejected[r] += b->rejected[r];
 	l->messages += b->messages;
-	if ((rc = grow_arr((void **)&l->pend_ts, &l->cap_pend, l->n_pend + b->n_msg, sizeof *l->pend_ts)))
+	if ((rc = mfs_grow((void **)&l->pend_ts, &l->cap_pend, l->n_pend + b->n_msg, sizeof *l->pend_ts)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	for (size_t j = 0; j < b->n_msg; j++) {
 		rd_kafka_timestamp_type_t tt;

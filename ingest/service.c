@@ -61,8 +61,7 @@ typedef struct svc {
 	uint64_t pauses;
 	part_t *parts;
 	size_t n_parts;
-	uint64_t rej_logged_suppressed;
-	double rej_log_next;
+	mfs_log_rl_t rej_rl; /* rejected-message log lines: at most one per second */
 	int fatal;
 	uint64_t messages;
 	/* operations: Prometheus registry, its catalogue, the HTTP endpoint */
@@ -173,6 +172,14 @@ static int barrier(svc_t *s, int kind)
 	return mfs_bring_wait_barrier(&s->ring, gen);
 }
 
+static void gauge_assigned(svc_t *s)
+{
+	size_t n = 0;
+	for (size_t j = 0; j < s->n_parts; j++)
+		n += s->parts[j].assigned;
+	mfs_gauge_set(s->cat.partitions_assigned, (double)n);
+}
+
 static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 {
 	svc_t *s = ctx;
@@ -186,10 +193,7 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 		p->assigned = 1;
 		tp->offset = p->next >= 0 ? p->next : RD_KAFKA_OFFSET_BEGINNING;
 	}
-	size_t n = 0;
-	for (size_t j = 0; j < s->n_parts; j++)
-		n += s->parts[j].assigned;
-	mfs_gauge_set(s->cat.partitions_assigned, (double)n);
+	gauge_assigned(s);
 	mfs_http_set_ready(s->http, 1);
 }
 
@@ -212,10 +216,7 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
 			mfs_family_remove(s->cat.consumer_lag, (const char *const[]){p->topic, pn});
 		}
 	}
-	size_t n = 0;
-	for (size_t j = 0; j < s->n_parts; j++)
-		n += s->parts[j].assigned;
-	mfs_gauge_set(s->cat.partitions_assigned, (double)n);
+	gauge_assigned(s);
 	mfs_gauge_set(s->cat.partitions_paused, 0);
 	s->paused = 0; /* the ring was drained; a new assignment starts unpaused */
 }
@@ -225,16 +226,10 @@ static void reject(svc_t *s, const rd_kafka_message_t *msg, int reason, long ind
 	if (reason < 0 || reason >= MFS_REJ__COUNT)
 		reason = MFS_REJ_WRONG_TYPE;
 	s->cur->rejected[reason]++;
-	double now = mfs_now_s();
-	if (now >= s->rej_log_next) {
-		mfs_warn("serve", "msg=rejected reason=%s topic=%s partition=%d offset=%" PRId64 " event=%ld detail=\"%s\""
-		         " suppressed=%" PRIu64, mfs_reject_name(reason), rd_kafka_topic_name(msg->rkt), (int)msg->partition,
-		         msg->offset, index, detail, s->rej_logged_suppressed);
-		s->rej_log_next = now + 1.0;
-		s->rej_logged_suppressed = 0;
-	} else {
-		s->rej_logged_suppressed++;
-	}
+	mfs_log_ratelimited(&s->rej_rl, 1000, MFS_LOG_WARN, "serve",
+	                    "msg=rejected reason=%s topic=%s partition=%d offset=%" PRId64 " event=%ld detail=\"%s\"",
+	                    mfs_reject_name(reason), rd_kafka_topic_name(msg->rkt), (int)msg->partition, msg->offset, index,
+	                    detail);
 	if (s->dlq) {
 		rd_kafka_resp_err_t ke = rd_kafka_producev(
 			s->dlq, RD_KAFKA_V_TOPIC(s->c->serve_dead_letter_topic),

@@ -353,6 +353,33 @@ static void sh_topic_free(sh_topic_t *t)
 	}
 }
 
+/* Read the topic up to hi and check every sample against it. @return how many break the invariant. */
+static int sh_count_inconsistent(const char *bs, const char *topic, int parts, const int64_t *hi,
+                                 const sh_snap_t *samples, int n)
+{
+	sh_topic_t t;
+	sh_topic_read(bs, topic, parts, hi, &t);
+	int bad = 0;
+	for (int j = 0; j < n; j++)
+		if (!sh_snap_consistent(&t, &samples[j], bad < 5))
+			bad++;
+	sh_topic_free(&t);
+	return bad;
+}
+
+/* A drained topic: each rejection counter is `rejected`, nothing was lost to retention (low
+ * watermarks 0) and the stored offsets are the high watermarks. */
+static void sh_check_drained(const sh_snap_t *s, int parts, const int64_t *lo, const int64_t *hi, uint64_t rejected)
+{
+	for (int r = 0; r < MFS_REJ__COUNT; r++)
+		TEST_ASSERT_MSG(s->rejected[r] == rejected, "rejected/%s = %" PRIu64, mfs_reject_name(r), s->rejected[r]);
+	for (int p = 0; p < parts; p++) {
+		TEST_ASSERT_MSG(lo[p] == 0, "[%d] low watermark %" PRId64, p, lo[p]);
+		TEST_ASSERT_MSG(s->off[p] == hi[p], "[%d] stored offset %" PRId64 ", high watermark %" PRId64, p, s->off[p],
+		                hi[p]);
+	}
+}
+
 /* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). */
 static int sh_stop(pid_t pid, double timeout_s)
 {
