@@ -200,6 +200,13 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
 {
 	svc_t *s = ctx;
+	if (s->paused) {
+		/* librdkafka keeps a partition's pause flag across a rebalance: clear it now, or a
+		 * partition assigned back to us would stay paused for good */
+		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
+		rd_kafka_resume_partitions(s->rk, l);
+		rd_kafka_topic_partition_list_destroy(l);
+	}
 	if (!s->learner_done && !s->fatal) {
 		int rc = barrier(s, MFS_EBATCH_SNAPSHOT);
 		if (rc) {
