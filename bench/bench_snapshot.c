@@ -3,16 +3,18 @@
  * table and appends CSV.
  *
  *   bench_snapshot [--rows 10000,100000,1000000] [--table 2000000] [--k 128] [--reps 5]
- *                  [--dir DIR] [--csv FILE]
+ *                  [--sync full,meta,none] [--dir DIR] [--csv FILE]
  *
  * Touched rows are spread over the table (a stride, like a real stream's); half users, half
  * items. The first publish of a fresh environment writes every row (the base), then each rep
  * rewrites R rows of an existing snapshot - the steady state. Median of reps; rows/s = R / s.
+ * Each sync mode (snapshot.sync) gets its own environment under DIR, all from one model.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -28,7 +30,7 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	const char *rows_s = "10000,100000,1000000", *dir = NULL, *csv = NULL;
+	const char *rows_s = "10000,100000,1000000", *sync_s = "full,none", *dir = NULL, *csv = NULL;
 	long table = 2000000, k = 128, reps = 5;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--rows"))
@@ -43,9 +45,12 @@ int main(int argc, char **argv)
 			dir = argv[i + 1];
 		else if (!strcmp(argv[i], "--csv"))
 			csv = argv[i + 1];
+		else if (!strcmp(argv[i], "--sync"))
+			sync_s = argv[i + 1];
 	}
 	if (!dir) {
-		fprintf(stderr, "usage: bench_snapshot --dir DIR [--rows LIST] [--table T] [--k K] [--reps N] [--csv F]\n");
+		fprintf(stderr, "usage: bench_snapshot --dir DIR [--rows LIST] [--table T] [--k K] [--reps N] [--sync LIST]\n"
+		                "                      [--csv F]\n");
 		return 2;
 	}
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -62,64 +67,81 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	fprintf(stderr, "model: %ld users + %ld items, k=%ld, built in %.1f s\n", table, table, k, mfs_now_s() - t0);
-	mfs_snap_writer_t *w = NULL;
-	if (mfs_snap_writer_open(dir, (size_t)4 << 30, &w, e, sizeof e)) {
-		fprintf(stderr, "%s\n", e);
-		return 1;
-	}
-	mfs_snap_info_t base = {.learning_rate = 0.01, .last_loss = 0, .rating_min = 0.5, .rating_max = 5};
-	t0 = mfs_now_s();
-	if (mfs_snap_publish(w, m, &base, NULL, e, sizeof e)) {
-		fprintf(stderr, "%s\n", e);
-		return 1;
-	}
-	double base_s = mfs_now_s() - t0;
-	printf("base snapshot (every row, %ld rows): %.2f s (%.2f M rows/s)\n\n", 2 * table, base_s,
-	       2.0 * (double)table / base_s / 1e6);
-	printf("%10s %6s %10s %10s %12s %10s\n", "rows", "k", "median_s", "min_s", "M_rows/s", "MB/s");
 	FILE *f = csv ? fopen(csv, "a") : NULL;
 	if (f && ftell(f) == 0)
-		fprintf(f, "rows,k,table_rows,median_s,min_s,rows_per_s,mb_per_s,base_s\n");
-	char *save = strdup(rows_s);
-	for (char *tok = strtok(save, ","); tok; tok = strtok(NULL, ",")) {
-		long R = atol(tok);
-		size_t nu = (size_t)(R / 2), ni = (size_t)(R - R / 2);
-		uint32_t *ur = malloc(nu * sizeof *ur), *ir = malloc(ni * sizeof *ir);
-		double *ts = malloc((size_t)reps * sizeof *ts);
-		for (long rep = 0; rep < reps; rep++) {
-			/* a different spread of rows each rep; factors perturbed so every value changes */
-			for (size_t j = 0; j < nu; j++)
-				ur[j] = (uint32_t)((j * (size_t)table / nu + (size_t)rep) % (size_t)table);
-			for (size_t j = 0; j < ni; j++)
-				ir[j] = (uint32_t)((j * (size_t)table / ni + (size_t)rep * 3) % (size_t)table);
-			for (size_t j = 0; j < nu; j++)
-				m->P[(size_t)ur[j] * (size_t)k] += 1e-3f;
-			mfs_snap_info_t in = base;
-			in.user_rows = ur;
-			in.n_user_rows = nu;
-			in.item_rows = ir;
-			in.n_item_rows = ni;
-			t0 = mfs_now_s();
-			if (mfs_snap_publish(w, m, &in, NULL, e, sizeof e)) {
-				fprintf(stderr, "%s\n", e);
-				return 1;
-			}
-			ts[rep] = mfs_now_s() - t0;
+		fprintf(f, "sync,rows,k,table_rows,median_s,min_s,rows_per_s,mb_per_s,base_s\n");
+	static const char *const modes[] = {"full", "meta", "none"};
+	mkdir(dir, 0755); /* each mode's environment is a subdirectory */
+	char *sync_save = strdup(sync_s), *sp = NULL;
+	for (char *stok = strtok_r(sync_save, ",", &sp); stok; stok = strtok_r(NULL, ",", &sp)) {
+		int mode = -1;
+		for (int j = 0; j < 3; j++)
+			if (!strcmp(stok, modes[j]))
+				mode = j;
+		if (mode < 0) {
+			fprintf(stderr, "bench_snapshot: unknown sync mode %s (full|meta|none)\n", stok);
+			return 2;
 		}
-		qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
-		double med = ts[reps / 2], mb = (double)R * (double)(k + 1) * 4.0 / 1e6;
-		printf("%10ld %6ld %10.4f %10.4f %12.2f %10.0f\n", R, k, med, ts[0], (double)R / med / 1e6, mb / med);
-		if (f)
-			fprintf(f, "%ld,%ld,%ld,%.5f,%.5f,%.0f,%.1f,%.3f\n", R, k, 2 * table, med, ts[0], (double)R / med, mb / med,
-			        base_s);
-		free(ur);
-		free(ir);
-		free(ts);
+		char sub[4096];
+		snprintf(sub, sizeof sub, "%s/%s", dir, stok);
+		mfs_snap_writer_t *w = NULL;
+		if (mfs_snap_writer_open_sync(sub, (size_t)4 << 30, (mfs_snap_sync_t)mode, &w, e, sizeof e)) {
+			fprintf(stderr, "%s\n", e);
+			return 1;
+		}
+		mfs_snap_info_t base = {.learning_rate = 0.01, .last_loss = 0, .rating_min = 0.5, .rating_max = 5};
+		t0 = mfs_now_s();
+		if (mfs_snap_publish(w, m, &base, NULL, e, sizeof e)) {
+			fprintf(stderr, "%s\n", e);
+			return 1;
+		}
+		double base_s = mfs_now_s() - t0;
+		printf("\nsnapshot.sync=%s: base snapshot (every row, %ld rows): %.2f s (%.2f M rows/s)\n", stok, 2 * table,
+		       base_s, 2.0 * (double)table / base_s / 1e6);
+		printf("%6s %10s %6s %10s %10s %12s %10s\n", "sync", "rows", "k", "median_s", "min_s", "M_rows/s", "MB/s");
+		char *save = strdup(rows_s), *rp = NULL;
+		for (char *tok = strtok_r(save, ",", &rp); tok; tok = strtok_r(NULL, ",", &rp)) {
+			long R = atol(tok);
+			size_t nu = (size_t)(R / 2), ni = (size_t)(R - R / 2);
+			uint32_t *ur = malloc(nu * sizeof *ur), *ir = malloc(ni * sizeof *ir);
+			double *ts = malloc((size_t)reps * sizeof *ts);
+			for (long rep = 0; rep < reps; rep++) {
+				/* a different spread of rows each rep; factors perturbed so every value changes */
+				for (size_t j = 0; j < nu; j++)
+					ur[j] = (uint32_t)((j * (size_t)table / nu + (size_t)rep) % (size_t)table);
+				for (size_t j = 0; j < ni; j++)
+					ir[j] = (uint32_t)((j * (size_t)table / ni + (size_t)rep * 3) % (size_t)table);
+				for (size_t j = 0; j < nu; j++)
+					m->P[(size_t)ur[j] * (size_t)k] += 1e-3f;
+				mfs_snap_info_t in = base;
+				in.user_rows = ur;
+				in.n_user_rows = nu;
+				in.item_rows = ir;
+				in.n_item_rows = ni;
+				t0 = mfs_now_s();
+				if (mfs_snap_publish(w, m, &in, NULL, e, sizeof e)) {
+					fprintf(stderr, "%s\n", e);
+					return 1;
+				}
+				ts[rep] = mfs_now_s() - t0;
+			}
+			qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+			double med = ts[reps / 2], mb = (double)R * (double)(k + 1) * 4.0 / 1e6;
+			printf("%6s %10ld %6ld %10.4f %10.4f %12.2f %10.0f\n", stok, R, k, med, ts[0], (double)R / med / 1e6,
+			       mb / med);
+			if (f)
+				fprintf(f, "%s,%ld,%ld,%ld,%.5f,%.5f,%.0f,%.1f,%.3f\n", stok, R, k, 2 * table, med, ts[0],
+				        (double)R / med, mb / med, base_s);
+			free(ur);
+			free(ir);
+			free(ts);
+		}
+		free(save);
+		mfs_snap_writer_close(w);
 	}
-	free(save);
+	free(sync_save);
 	if (f)
 		fclose(f);
-	mfs_snap_writer_close(w);
 	mfs_model_free(m);
 	return 0;
 }

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The streaming benchmark (this VM): events/s through the embedded broker into the CPU engine
 # with 100 and 1000 events per message; message create -> snapshot-visible latency p50/p99 at a
-# steady rate with snapshots every 250 ms; snapshot publish time for 10K / 100K / 1M touched rows
-# at k=128. Prints tables; writes CSV.        bench/stream.sh BUILD_DIR OUT_PREFIX [EVENTS]
+# steady rate with snapshots every 250 ms, for snapshot.sync=full and none; a /metrics time series
+# of a 30 s run with a holdout (scripts/scrape.py -> OUT-timeseries.csv, charted by
+# scripts/plot.py stream); snapshot publish time for 10K / 100K / 1M touched rows at k=128 in
+# every sync mode. Prints tables; writes CSV.        bench/stream.sh BUILD_DIR OUT_PREFIX [EVENTS]
 #
 # Throughput: `serve --embedded-broker` consumes while `produce` fills the topic as fast as it can
 # (on the same 2 cores); events/s = events / (first message produced -> last event applied, as
 # seen in the snapshot). Latency: the service's own histogram of (snapshot commit wall time -
 # Kafka message create time), logged at shutdown.
+# ENGINE=cuda runs the service on the GPU; SECTIONS (default throughput,latency,timeseries,
+# snapshot) picks the parts; PARTITIONS (default 4) the topic's partitions.
 set -euo pipefail
+sections=${SECTIONS:-throughput,latency,timeseries,snapshot}
+want() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
 build=${1:-build}
 out=${2:-bench/results/stream-vm}
 n=${3:-2000000}
@@ -30,7 +36,8 @@ PY
 }
 start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 	local dir=$1 log=$2; shift 2
-	"$bin" serve --embedded-broker --partitions 4 --topic ratings --snapshot "$dir" --engine cpu --k 128 \
+	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
+		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
 		--serve.snapshot_ms 250 "$@" 2>"$log" &
 	spid=$!
 	bs=""
@@ -47,6 +54,7 @@ start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 	echo "serve got no partitions: $(cat "$log")"
 	exit 1
 }
+if want throughput; then
 csv=$out-throughput.csv
 echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms" >"$csv"
 printf '%-18s %10s %9s %12s %10s %12s %12s\n' events/message events seconds events/s produce_s p50_ms p99_ms
@@ -69,13 +77,16 @@ for epm in 100 1000; do
 	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99" >>"$csv"
 done
 echo "wrote $csv"
+fi
 # latency at a steady rate (the service keeps up): 100 events per message
+if want latency; then
 csv=$out-latency.csv
-echo "rate_events_per_s,events_per_message,snapshot_ms,events,latency_p50_ms,latency_p99_ms" >"$csv"
-printf '\n%-14s %10s %12s %10s %12s %12s\n' rate events/msg snapshot_ms events p50_ms p99_ms
+echo "sync,rate_events_per_s,events_per_message,snapshot_ms,events,latency_p50_ms,latency_p99_ms" >"$csv"
+printf '\n%-6s %-14s %10s %12s %10s %12s %12s\n' sync rate events/msg snapshot_ms events p50_ms p99_ms
+for sync in full none; do
 for rate in 50000 200000; do
-	d=$tmp/snap-lat-$rate
-	start_serve "$d" "$tmp/serve-lat-$rate.log"
+	d=$tmp/snap-lat-$sync-$rate
+	start_serve "$d" "$tmp/serve-lat-$rate.log" --snapshot.sync "$sync"
 	m=$((rate * 10))
 	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$m" --batch 100 --compact \
 		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
@@ -84,13 +95,35 @@ for rate in 50000 200000; do
 	line=$(grep -o 'msg=stopped.*' "$tmp/serve-lat-$rate.log")
 	p50=$(echo "$line" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
 	p99=$(echo "$line" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
-	printf '%-14s %10s %12s %10s %12s %12s\n' "$rate" 100 250 "$m" "$p50" "$p99"
-	echo "$rate,100,250,$m,$p50,$p99" >>"$csv"
+	printf '%-6s %-14s %10s %12s %10s %12s %12s\n' "$sync" "$rate" 100 250 "$m" "$p50" "$p99"
+	echo "$sync,$rate,100,250,$m,$p50,$p99" >>"$csv"
+done
 done
 echo "wrote $csv"
+fi
+# a time series from /metrics: 3 M events at 100 K/s with a 2 % holdout and a full pass a second
+if want timeseries; then
+csv=$out-timeseries.csv
+d=$tmp/snap-ts
+start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdout_fraction 0.02 \
+	--serve.fullpass_ms 1000 --snapshot.sync none
+port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep -o 'port=[0-9]*' | cut -d= -f2)
+"$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
+scr=$!
+"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings 3000000 --batch 100 --compact \
+	--rate 100000 2>"$tmp/produce-ts.log"
+while [ "$(events_applied "$d")" -lt 3000000 ]; do sleep 0.1; done
+sleep 2
+kill -TERM $spid && wait $spid
+wait $scr
+echo "wrote $csv ($(($(wc -l <"$csv") - 1)) samples)"
+fi
 # snapshot cost by rows touched
+if want snapshot; then
 csv=$out-snapshot.csv
 rm -f "$csv"
 echo
-"$build/bench/bench_snapshot" --dir "$tmp/bsnap" --table 1000000 --rows 10000,100000,1000000 --k 128 --reps 5 --csv "$csv"
+"$build/bench/bench_snapshot" --dir "$tmp/bsnap" --table 1000000 --rows 10000,100000,1000000 --k 128 --reps 5 \
+	--sync full,meta,none --csv "$csv"
 echo "wrote $csv"
+fi

@@ -189,7 +189,8 @@ int mfs_cmd_train(int argc, char **argv)
 
 	/* snapshots */
 	if (*c.snapshot_dir) {
-		if ((rc = mfs_snap_writer_open(c.snapshot_dir, (size_t)c.snapshot_map_size, &w, err, sizeof err))) {
+		if ((rc = mfs_snap_writer_open_sync(c.snapshot_dir, (size_t)c.snapshot_map_size,
+		                                    (mfs_snap_sync_t)c.snapshot_sync, &w, err, sizeof err))) {
 			fprintf(stderr, "mfstream train: snapshot: %s\n", *err ? err : mfs_strerror(rc));
 			goto out;
 		}

@@ -68,6 +68,7 @@ void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
 	out->threads = (int)c->engine_threads;
 	out->deterministic = c->engine_deterministic;
 	out->device = (int)c->engine_device;
+	out->persistent = c->engine_persistent;
 	out->seed = (uint64_t)c->model_seed;
 	out->dtype = c->model_dtype;
 }
@@ -203,6 +204,27 @@ int mfs_engine_sync(mfs_engine_t *e)
 	if (!e)
 		return MFS_EINVAL;
 	return e->iface->sync ? e->iface->sync(e) : 0;
+}
+
+int mfs_engine_drain(mfs_engine_t *e)
+{
+	if (!e)
+		return MFS_EINVAL;
+	return e->iface->drain ? e->iface->drain(e) : 0;
+}
+
+int mfs_engine_sgd_set_stream(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch)
+{
+	if (!e || !s || !batch)
+		return MFS_EINVAL;
+	return e->iface->sgd_set_stream ? e->iface->sgd_set_stream(e, s, epoch, batch) : mfs_engine_sgd_set(e, s, epoch);
+}
+
+int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
+{
+	if (!e || !used || !total)
+		return MFS_EINVAL;
+	return e->iface->memory ? e->iface->memory(e, used, total) : MFS_ENODEV;
 }
 
 /* Check every rating before any is applied. none_ok: MFS_ROW_NONE is allowed (loss, sets).

@@ -64,6 +64,7 @@ typedef struct mfs_engine_conf {
 	uint64_t seed;     /* shuffling seed for set epochs */
 	int dtype;         /* factor storage on the device: MFS_DTYPE_FP32 or MFS_DTYPE_FP16 (the CPU
 	                      engine and the host model are always fp32; arithmetic is fp32) */
+	int persistent;    /* CUDA: streaming batches (mfs_engine_sgd) through the persistent kernel's ring */
 } mfs_engine_conf_t;
 
 /** Fill an engine conf from the configuration table (engine.*, model.seed, model.dtype). */
@@ -97,7 +98,21 @@ void mfs_engine_set_free(mfs_engine_t *e, mfs_set_t *s);
 int mfs_engine_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
 int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
 
+/** Wait until every batch given to mfs_engine_sgd has been applied. The CUDA engine with
+ *  engine.persistent returns from mfs_engine_sgd once the batch is queued on its device ring;
+ *  the other engines apply it before returning (drain is then a no-op). sync and the loss
+ *  and set calls drain as they need; reading the device tables any other way needs this. */
+int mfs_engine_drain(mfs_engine_t *e);
+/** Benchmarks: one epoch of a loaded set through the streaming path, in pieces of `batch`
+ *  ratings, applied when it returns. CUDA with engine.persistent: the pieces go through the
+ *  persistent kernel's ring as descriptors of the device-resident set (no host copies), which
+ *  measures the kernel fed from the ring against mfs_engine_sgd_set on the same data. Other
+ *  engines: mfs_engine_sgd_set. */
+int mfs_engine_sgd_set_stream(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch);
 /** Bring the host model up to date (device engines copy factors back). */
 int mfs_engine_sync(mfs_engine_t *e);
+/** Memory of the engine's device: in use (by every process) and total, in bytes.
+ *  @return 0, MFS_ENODEV (a host engine has no device memory), MFS_EGPU. */
+int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total);
 
 #endif

@@ -20,6 +20,9 @@ struct mfs_engine_i {
 	int (*sgd_set)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
 	int (*loss_set)(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
 	int (*sync)(mfs_engine_t *e); /* (optional) */
+	int (*memory)(mfs_engine_t *e, uint64_t *used, uint64_t *total); /* (optional) device memory */
+	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
+	int (*sgd_set_stream)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch); /* (optional) */
 };
 
 struct mfs_engine {

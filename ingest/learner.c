@@ -53,6 +53,7 @@ struct mfs_learner {
 	rd_kafka_t *rk;
 	mfs_model_t *m;
 	mfs_engine_t *e;
+	double mem_next_s; /* next device-memory sample (stats_update) */
 	mfs_snap_writer_t *w;
 	mfs_snap_loaded_t loaded;
 	pthread_t thread;
@@ -185,6 +186,17 @@ static void stats_update(mfs_learner_t *l)
 	s.prequential_rmse = l->pq_rmse_last;
 	s.holdout_rmse = l->hold_rmse;
 	s.window_rmse = l->win_rmse;
+	double now = mfs_now_s();
+	if (now >= l->mem_next_s) { /* device memory: a driver call, so at most twice a second */
+		uint64_t used, total;
+		l->mem_next_s = now + 0.5;
+		if (l->e && mfs_engine_memory(l->e, &used, &total) == 0) {
+			s.gpu_mem_used = (double)used;
+			s.gpu_mem_total = (double)total;
+		} else {
+			s.gpu_mem_used = s.gpu_mem_total = 0; /* a host engine (docs/METRICS.md) */
+		}
+	}
 	pthread_mutex_lock(&l->st_mu);
 	l->st = s;
 	pthread_mutex_unlock(&l->st_mu);
@@ -611,7 +623,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 	l->lr_floor = c->serve_lr_floor * c->sgd_lr;
 	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)
 		l->lrc.lr = l->loaded.learning_rate;
-	if ((rc = mfs_snap_writer_open(c->snapshot_dir, (size_t)c->snapshot_map_size, &l->w, errstr, es)))
+	if ((rc = mfs_snap_writer_open_sync(c->snapshot_dir, (size_t)c->snapshot_map_size,
+	                                    (mfs_snap_sync_t)c->snapshot_sync, &l->w, errstr, es)))
 		goto fail;
 	stats_update(l);
 	*out = l;

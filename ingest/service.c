@@ -352,6 +352,8 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	}
 	mfs_gauge_set(c->ring_batches_queued, (double)mfs_bring_fill(&s->ring));
 	mfs_gauge_set(c->ring_batches_capacity, (double)s->c->serve_ring_batches);
+	mfs_gauge_set(c->gpu_memory_used, st.gpu_mem_used);
+	mfs_gauge_set(c->gpu_memory_total, st.gpu_mem_total);
 }
 
 /* Consumer lag per assigned partition from librdkafka's cached high watermarks (no request). */

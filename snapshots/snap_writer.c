@@ -19,6 +19,13 @@
  * txn retried; readers adopt the larger map on their next MDB_MAP_RESIZED. MDB_PANIC marks
  * the writer unusable (MFS_EFATAL afterwards): the process must restart.
  *
+ * Sync modes (snapshot.sync, docs/SNAPSHOT_FORMAT.md): full flushes every commit; meta is
+ * MDB_NOMETASYNC; none is MDB_WRITEMAP|MDB_NOSYNC. Exactly-once does not need durability of
+ * the newest commit: the offsets travel with the rows, so an undone snapshot only means
+ * re-reading more of the topic. What none gives up is integrity after an OS crash (the meta
+ * page may reach the disk before the pages it points to); a killed process is safe in every
+ * mode because the page cache outlives it. Measured in docs/BENCHMARKS.md.
+ *
  * n_users / n_items in meta are the number of rows in the users / items DB after the
  * commit (a partial publish leaves the rows it does not name as they were).
  */
@@ -43,6 +50,7 @@ struct mfs_snap_writer {
 	MDB_env *sw_env;
 	MDB_dbi sw_meta, sw_users, sw_items;
 	char *sw_dir;
+	mfs_snap_sync_t sw_sync;
 	unsigned char *sw_val; /* one row value */
 	size_t sw_val_cap;
 	int sw_fatal;
@@ -112,6 +120,11 @@ void mfs_snap_writer_close(mfs_snap_writer_t *w)
 {
 	if (!w)
 		return;
+	if (w->sw_env && w->sw_sync != MFS_SNAP_SYNC_FULL && !w->sw_fatal) {
+		int rc = mdb_env_sync(w->sw_env, 1);
+		if (rc)
+			mfs_error("snap", "msg=\"flush at close failed\" dir=%s err=\"%s\"", w->sw_dir, mdb_strerror(rc));
+	}
 	if (w->sw_env)
 		mdb_env_close(w->sw_env);
 	free(w->sw_dir);
@@ -122,7 +135,16 @@ void mfs_snap_writer_close(mfs_snap_writer_t *w)
 int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **out, char *errstr,
                          size_t errstr_size)
 {
+	return mfs_snap_writer_open_sync(dir, map_size, MFS_SNAP_SYNC_FULL, out, errstr, errstr_size);
+}
+
+int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t sync, mfs_snap_writer_t **out,
+                              char *errstr, size_t errstr_size)
+{
 	int rc;
+	static const unsigned sync_flags[] = {0, MDB_NOMETASYNC, MDB_WRITEMAP | MDB_NOSYNC};
+	if ((unsigned)sync > MFS_SNAP_SYNC_NONE)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "snapshot writer: unknown sync mode %d", (int)sync);
 	MDB_txn *txn = NULL;
 	if (!dir || !*dir || !out)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "snapshot writer: no directory given");
@@ -136,6 +158,7 @@ int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **o
 		free(w);
 		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
 	}
+	w->sw_sync = sync;
 	if ((rc = mdb_env_create(&w->sw_env))) {
 		w->sw_env = NULL;
 		rc = lmdb_fail(w, rc, "env_create", errstr, errstr_size);
@@ -147,7 +170,7 @@ int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **o
 		goto fail;
 	}
 	/* Open without a size so an existing env keeps its (possibly grown) map; only raise it. */
-	if ((rc = mdb_env_open(w->sw_env, dir, 0, 0644))) {
+	if ((rc = mdb_env_open(w->sw_env, dir, sync_flags[sync], 0644))) {
 		rc = lmdb_fail(w, rc, "env_open", errstr, errstr_size);
 		goto fail;
 	}
@@ -200,8 +223,9 @@ int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **o
 		goto fail;
 	}
 	mdb_env_info(w->sw_env, &info);
-	mfs_info("snap", "msg=\"snapshot writer open\" dir=%s map_size=%zu stale_readers=%d", dir,
-	         (size_t)info.me_mapsize, dead);
+	static const char *const sync_names[] = {"full", "meta", "none"};
+	mfs_info("snap", "msg=\"snapshot writer open\" dir=%s map_size=%zu sync=%s stale_readers=%d", dir,
+	         (size_t)info.me_mapsize, sync_names[sync], dead);
 	*out = w;
 	return 0;
 fail:

@@ -46,10 +46,21 @@ typedef struct mfs_snap_info {
 	size_t n_extra;
 } mfs_snap_info_t;
 
-/** Open (creating) the environment directory dir. map_size: initial map size in bytes.
+/** When a commit reaches the disk (config key snapshot.sync). */
+typedef enum mfs_snap_sync {
+	MFS_SNAP_SYNC_FULL = 0, /* flush data and meta at every commit (LMDB default) */
+	MFS_SNAP_SYNC_META = 1, /* MDB_NOMETASYNC: integrity kept, an OS crash may undo the last commit */
+	MFS_SNAP_SYNC_NONE = 2, /* MDB_WRITEMAP|MDB_NOSYNC: no flush; safe against process crashes only */
+} mfs_snap_sync_t;
+
+/** Open (creating) the environment directory dir with MFS_SNAP_SYNC_FULL. map_size: initial map size in bytes.
  *  @return 0, errno, MFS_ELMDB, MFS_EVERSION (dir holds another format version). */
 int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **out, char *errstr,
                          size_t errstr_size);
+/** Open with a sync mode. */
+int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t sync, mfs_snap_writer_t **out,
+                              char *errstr, size_t errstr_size);
+/** Close; in the meta and none modes the environment is flushed first (a clean stop is durable). */
 void mfs_snap_writer_close(mfs_snap_writer_t *w);
 /** Publish; on success *seq (if not NULL) is the new snapshot's sequence number.
  *  @return 0, MFS_ELMDB, MFS_EINVAL (k differs from the snapshot's), MFS_ENAN, ENOMEM. */

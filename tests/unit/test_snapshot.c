@@ -638,6 +638,59 @@ static void test_open_empty(void)
 	mfs_model_free(m);
 }
 
+/* Every snapshot.sync mode writes the same snapshots: two publishes into one environment per
+ * mode (the second a partial one, so the copy-on-write path runs), a reader sees each, and a
+ * reopen after close (which flushes) finds the second. A mode out of range is refused. */
+static void test_sync_modes(void)
+{
+	for (int mode = MFS_SNAP_SYNC_FULL; mode <= MFS_SNAP_SYNC_NONE; mode++) {
+		const char *dir = test_tmpdir();
+		mfs_model_t *m = model_new(16);
+		for (uint64_t u = 0; u < 300; u++) {
+			add_user(m, mfs_id_u64(u));
+			add_item(m, mfs_id_u64(u * 3));
+		}
+		fill_random(m);
+		mfs_snap_writer_t *w = NULL;
+		TEST_OK(mfs_snap_writer_open_sync(dir, 1 << 20, (mfs_snap_sync_t)mode, &w, errbuf, sizeof errbuf));
+		if (!w)
+			return;
+		mfs_snap_info_t in = info_default();
+		uint64_t seq = 0;
+		TEST_OK(mfs_snap_publish(w, m, &in, &seq, errbuf, sizeof errbuf));
+		fill_random(m);
+		const uint32_t rows[] = {0, 17, 299};
+		in.user_rows = rows;
+		in.n_user_rows = 3;
+		in.item_rows = rows;
+		in.n_item_rows = 3;
+		TEST_OK(mfs_snap_publish(w, m, &in, &seq, errbuf, sizeof errbuf));
+		TEST_EQ_INT(seq, 2);
+		mfs_snap_t *s = NULL;
+		TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf)); /* while the writer is open */
+		if (s) {
+			mfs_snap_meta_t meta;
+			TEST_OK(mfs_snap_get_meta(s, &meta));
+			TEST_EQ_INT(meta.seq, 2);
+			float v[16], bias;
+			mfs_snap_id_t id17 = snap_id_of(mfs_id_u64(17));
+			TEST_OK(mfs_snap_user(s, &id17, &bias, v));
+			TEST_ASSERT_MSG(bias == m->bu[17] && v[5] == m->P[17 * 16 + 5], "mode %d: row 17 not the new values", mode);
+			mfs_snap_close(s);
+		}
+		mfs_snap_writer_close(w);
+		TEST_OK(mfs_snap_writer_open_sync(dir, 1 << 20, MFS_SNAP_SYNC_FULL, &w, errbuf, sizeof errbuf));
+		TEST_OK(mfs_snap_publish(w, m, &in, &seq, errbuf, sizeof errbuf));
+		TEST_EQ_INT(seq, 3); /* the reopened environment held snapshot 2 */
+		mfs_snap_writer_close(w);
+		mfs_model_free(m);
+	}
+	mfs_snap_writer_t *w = NULL;
+	TEST_EQ_INT(mfs_snap_writer_open_sync(test_tmpdir(), 1 << 20, (mfs_snap_sync_t)7, &w, errbuf, sizeof errbuf),
+	            MFS_EINVAL);
+	TEST_ASSERT(w == NULL);
+}
+
 static void test_id_parse(void)
 {
 	mfs_snap_id_t id;
@@ -699,6 +752,7 @@ int main(void)
 	TEST_RUN(test_predict);
 	TEST_RUN(test_topk);
 	TEST_RUN(test_open_empty);
+	TEST_RUN(test_sync_modes);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", root);
