@@ -26,7 +26,10 @@
  * --variants runs several CUDA engine settings on the same data in one process (one engine
  * each, all from the same initial model): NAME@C sets MFS_CUDA_PLAIN_C=C (the plain-store
  * threshold of gpu/cuda/engine_cuda.cu, read at open) for that engine, NAME alone leaves the
- * default; NAME labels the row.
+ * default; NAME labels the row. A NAME starting with "ring" (ring, ring/B) runs each epoch
+ * through the persistent kernel's device ring in pieces of B ratings (default 262144,
+ * mfs_engine_sgd_set_stream): the kernel fed from the ring against one launch over the set,
+ * on the same data and row modes.
  */
 #include <math.h>
 #include <pthread.h>
@@ -148,8 +151,11 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
                        uint32_t *U, uint32_t *I, float *R, size_t ntrain, uint32_t *TU, uint32_t *TI, float *TR,
                        size_t ntest, double copy_gbps, double t_gen)
 {
+	const int ring = !strncmp(variant, "ring", 4);
+	const char *sl = strchr(variant, '/');
+	const size_t ring_batch = sl && atol(sl + 1) > 0 ? (size_t)atol(sl + 1) : 262144;
 	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
-	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
+	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring};
 	mfs_engine_t *e;
 	char err[256];
 	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {
@@ -170,7 +176,8 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	long ep_hit = 0, ep = 0;
 	while (ep < o->max_epochs && (ep < o->epochs || (!isnan(o->target) && !ep_hit))) {
 		double a = mfs_now_s();
-		if (mfs_engine_sgd_set(e, st, (uint64_t)ep + 1))
+		if (ring ? mfs_engine_sgd_set_stream(e, st, (uint64_t)ep + 1, ring_batch)
+		         : mfs_engine_sgd_set(e, st, (uint64_t)ep + 1))
 			return 1;
 		double dt = mfs_now_s() - a;
 		t_train += dt;

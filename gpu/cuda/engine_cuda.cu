@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/rng.h"
 #include "gpu/cuda/cuda_try.h"
@@ -46,6 +47,26 @@ struct dev_set {
 	float *ru, *ri; /* per-rating mode (streaming batches with hot rows; NULL = none) */
 	float du, di;   /* the mode of every row of a side when su/si is NULL */
 	size_t r_cap;
+};
+
+/* Host side of the persistent kernel's device ring (see sgd_persistent_kernel). */
+struct pk_dev;
+struct pk_host {
+	int on;      /* streaming batches go through the ring (engine.persistent, not deterministic) */
+	int running; /* the kernel is launched */
+	int beside;  /* loss and gather kernels fit beside it (else they stop it first) */
+	uint32_t S, cap; /* slots, ratings per slot */
+	int grid;        /* blocks of the persistent kernel */
+	cudaStream_t run, copy;
+	struct pk_hdr *d_hdr, *h_hdr;
+	unsigned long long *d_seq, *h_seq;
+	uint32_t *d_u, *d_i, *h_u, *h_i;
+	float *d_r, *d_su, *d_si, *h_r, *h_su, *h_si;
+	unsigned int *d_done, *d_stop, *h_flag; /* h_flag = {0, 1}: sources for d_stop */
+	unsigned long long *d_ticket, *d_consumed, *h_ticket;
+	unsigned long long *h_consumed, *hd_consumed; /* mapped pinned; its device address */
+	uint64_t published, next_chunk; /* slots published, chunks published */
+	uint64_t waits;                 /* submits that found the ring full */
 };
 
 struct cuda_impl {
@@ -72,6 +93,7 @@ struct cuda_impl {
 	int hog_bps;    /* resident blocks per SM of the Hogwild kernel (occupancy) */
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
+	struct pk_host pk;
 };
 
 /* ---- storage traits: how the deterministic and loss kernels read and write one factor ---- */
@@ -257,6 +279,102 @@ template <typename T, int K> struct hog_shape {
  * leave the dependency chain. Row modes (above) come from md_u/md_i (per row, sets), mr_u/mr_i
  * (per rating, batches) or mode_u/mode_i (the whole side). Bytes per update: 16k + 28 in fp32,
  * 8k + 28 in fp16. */
+/* The learning-rate terms of one SGD step, read from the hyperparameters in device memory. */
+struct hog_coef {
+	float lr, ap, aq, abu, abi, dp, dq, dbu, dbi;
+	__device__ __forceinline__ void load(const mfs_hparams_t *hp)
+	{
+		lr = __ldcg(&hp->lr); /* L2: the host retunes it while a persistent kernel runs */
+		ap = lr * __ldcg(&hp->lambda_p), aq = lr * __ldcg(&hp->lambda_q);
+		abu = lr * __ldcg(&hp->lambda_bu), abi = lr * __ldcg(&hp->lambda_bi);
+		dp = 1.f - ap, dq = 1.f - aq, dbu = 1.f - abu, dbi = 1.f - abi;
+	}
+};
+
+/* One Hogwild! update by a group of L lanes (lane `sub` of its group): rating (u, i, r) with row
+ * modes cu, ci (see MODE_PLAIN), coin index x. Every lane of the warp must call it (the dot
+ * product's butterfly is a warp shuffle); a group with live == false only takes part in it.
+ * Shared by the batch kernel and the persistent kernel. */
+template <typename T, int K>
+__device__ __forceinline__ void hog_step(bool live, uint32_t u, uint32_t i, float r, size_t x, uint32_t salt, float cu,
+                                         float ci, int sub, T *P, T *Q, float *bu, float *bi, float mu,
+                                         const hog_coef &co, unsigned long long *skipped)
+{
+	using S = hog_shape<T, K>;
+	constexpr int E = vec16<T>::E, L = S::L, V = S::V;
+	T *p = P + (size_t)u * K + sub * E, *q = Q + (size_t)i * K + sub * E;
+	typename vec16<T>::raw pv[V], qv[V];
+	float dot = 0.f, b_u = 0.f, b_i = 0.f;
+	if (live) {
+#pragma unroll
+		for (int j = 0; j < V; j++) {
+			pv[j] = vec16<T>::ld(p + j * L * E);
+			qv[j] = vec16<T>::ld(q + j * L * E);
+		}
+		b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
+#pragma unroll
+		for (int j = 0; j < V; j++)
+#pragma unroll
+			for (int t = 0; t < E; t++)
+				dot = fmaf(vec16<T>::get(pv[j], t), vec16<T>::get(qv[j], t), dot);
+	}
+#pragma unroll
+	for (int o = L / 2; o; o >>= 1)
+		dot += __shfl_xor_sync(0xffffffffu, dot, o);
+	if (!live)
+		return;
+	const float e = r - (mu + b_u + b_i + dot);
+	if (!isfinite(e)) { /* never let NaN/inf reach the factors */
+		if (sub == 0)
+			atomicAdd(skipped, 1ull);
+		return;
+	}
+	const float g = co.lr * e;
+	/* sampled hot rows: the coin hashes the rating's index and the launch's salt */
+	const bool wu = cu >= 1.f || coin01(x, salt ^ 0x51u) < cu;
+	const bool wi = ci >= 1.f || coin01(x, salt ^ 0xA7u) < ci;
+#define PV(t) vec16<T>::get(pv[j], t)
+#define QV(t) vec16<T>::get(qv[j], t)
+#pragma unroll
+	for (int j = 0; j < V; j++) {
+		float f[E];
+		if (cu > 1.f) {
+#pragma unroll
+			for (int t = 0; t < E; t++)
+				f[t] = fmaf(g, QV(t), co.dp * PV(t));
+			vec16<T>::st(p + j * L * E, f);
+		} else if (wu) {
+#pragma unroll
+			for (int t = 0; t < E; t++)
+				f[t] = g * QV(t) - co.ap * PV(t);
+			vec16<T>::red(p + j * L * E, f);
+		}
+		if (ci > 1.f) {
+#pragma unroll
+			for (int t = 0; t < E; t++)
+				f[t] = fmaf(g, PV(t), co.dq * QV(t));
+			vec16<T>::st(q + j * L * E, f);
+		} else if (wi) {
+#pragma unroll
+			for (int t = 0; t < E; t++)
+				f[t] = g * PV(t) - co.aq * QV(t);
+			vec16<T>::red(q + j * L * E, f);
+		}
+	}
+#undef PV
+#undef QV
+	if (sub == 0) {
+		if (cu > 1.f)
+			bu[u] = fmaf(co.dbu, b_u, g);
+		else if (wu)
+			atomicAdd(bu + u, g - co.abu * b_u);
+		if (ci > 1.f)
+			bi[i] = fmaf(co.dbi, b_i, g);
+		else if (wi)
+			atomicAdd(bi + i, g - co.abi * b_i);
+	}
+}
+
 template <typename T, int K>
 __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 	sgd_hogwild_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is, const float *__restrict__ rs,
@@ -266,14 +384,12 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 	                   uint32_t salt)
 {
 	using S = hog_shape<T, K>;
-	constexpr int E = vec16<T>::E, L = S::L, V = S::V, G = S::G;
+	constexpr int L = S::L, G = S::G;
 	const int lane = threadIdx.x & 31, sub = lane % L, grp = lane / L;
 	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
 	const size_t stride = ((gridDim.x * (size_t)blockDim.x) >> 5) * G;
-	const float lr = hp->lr;
-	const float ap = lr * hp->lambda_p, aq = lr * hp->lambda_q;
-	const float abu = lr * hp->lambda_bu, abi = lr * hp->lambda_bi;
-	const float dp = 1.f - ap, dq = 1.f - aq, dbu = 1.f - abu, dbi = 1.f - abi;
+	hog_coef co;
+	co.load(hp);
 	size_t x = warp * G + grp;
 	uint32_t nu = MFS_ROW_NONE, ni = MFS_ROW_NONE;
 	float nr = 0.f;
@@ -289,79 +405,155 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 		else
 			nu = ni = MFS_ROW_NONE;
 		const bool live = u != MFS_ROW_NONE && i != MFS_ROW_NONE;
-		T *p = P + (size_t)u * K + sub * E, *q = Q + (size_t)i * K + sub * E;
-		typename vec16<T>::raw pv[V], qv[V];
-		float dot = 0.f, b_u = 0.f, b_i = 0.f, cu = 1.f, ci = 1.f;
+		float cu = 1.f, ci = 1.f;
 		if (live) {
-#pragma unroll
-			for (int j = 0; j < V; j++) {
-				pv[j] = vec16<T>::ld(p + j * L * E);
-				qv[j] = vec16<T>::ld(q + j * L * E);
-			}
-			b_u = __ldcg(bu + u), b_i = __ldcg(bi + i);
 			cu = mr_u ? __ldg(mr_u + x) : md_u ? __ldg(md_u + u) : mode_u;
 			ci = mr_i ? __ldg(mr_i + x) : md_i ? __ldg(md_i + i) : mode_i;
-#pragma unroll
-			for (int j = 0; j < V; j++)
-#pragma unroll
-				for (int t = 0; t < E; t++)
-					dot = fmaf(vec16<T>::get(pv[j], t), vec16<T>::get(qv[j], t), dot);
 		}
-#pragma unroll
-		for (int o = L / 2; o; o >>= 1)
-			dot += __shfl_xor_sync(0xffffffffu, dot, o);
-		if (!live)
-			continue;
-		const float e = r - (mu + b_u + b_i + dot);
-		if (!isfinite(e)) { /* never let NaN/inf reach the factors */
-			if (sub == 0)
-				atomicAdd(skipped, 1ull);
-			continue;
-		}
-		const float g = lr * e;
-		/* sampled hot rows: the coin hashes the rating's index and the launch's salt */
-		const bool wu = cu >= 1.f || coin01(x, salt ^ 0x51u) < cu;
-		const bool wi = ci >= 1.f || coin01(x, salt ^ 0xA7u) < ci;
-#define PV(t) vec16<T>::get(pv[j], t)
-#define QV(t) vec16<T>::get(qv[j], t)
-#pragma unroll
-		for (int j = 0; j < V; j++) {
-			float f[E];
-			if (cu > 1.f) {
-#pragma unroll
-				for (int t = 0; t < E; t++)
-					f[t] = fmaf(g, QV(t), dp * PV(t));
-				vec16<T>::st(p + j * L * E, f);
-			} else if (wu) {
-#pragma unroll
-				for (int t = 0; t < E; t++)
-					f[t] = g * QV(t) - ap * PV(t);
-				vec16<T>::red(p + j * L * E, f);
+		hog_step<T, K>(live, u, i, r, x, salt, cu, ci, sub, P, Q, bu, bi, mu, co, skipped);
+	}
+}
+
+/* ---- the persistent kernel and its device ring (streaming batches) -------------------------
+ * The host publishes batches into S slots of device memory (pk_submit); one kernel launched
+ * once (SMs x occupancy, less room for the loss and gather kernels) claims and applies them.
+ *
+ * Work is cut in chunks of PK_CHUNK ratings numbered across the whole stream. Slot q (the
+ * q-th batch, in slot q % S) covers chunks [first, first + nchunks). A warp takes the next
+ * chunk number t from one global ticket counter (never reset while the kernel runs), walks
+ * its own slot cursor forward to the slot holding t (waiting if it is not published yet) and
+ * applies the chunk with the same hog_step as the batch kernel. Why a ticket and not a claim
+ * counter per slot: a late warp could otherwise claim from a slot already reused.
+ *
+ * Publish (host, copy stream, in order): the slot's ratings (and per-rating hot-row modes),
+ * seq[s] = 0 (rewrite mark), its header, then seq[s] = q + 1 (a seqlock: a warp re-reads seq
+ * after the header and retries if it moved). Stream order puts the data in device memory before seq;
+ * the kernel reads seq with a volatile load, fences, then reads header and ratings through
+ * L2 (__ldcg: L1 is not coherent and the slot is rewritten). seq[s] > q + 1 means slot q
+ * was consumed and reused, so chunk t lies beyond it; seq[s] < q + 1: not published yet.
+ *
+ * Completion: after its chunk a warp fences and counts it in done[s]; the warp that counts
+ * the last chunk resets done[s], waits until the slots before it are consumed (consumed ==
+ * q), and sets consumed = q + 1 in device memory and in mapped host memory (system fence).
+ * The host reuses a slot, its staging buffer and the model (snapshots, growth) only after
+ * `consumed` passed it: that is the quiesce handshake. Stop: the host sets *stop when
+ * everything is consumed; warps waiting for a slot see it and return. */
+#define PK_CHUNK 256 /* ratings per ticket */
+
+struct pk_hdr {
+	unsigned long long first; /* first chunk number */
+	uint32_t nchunks, n;      /* chunks, ratings */
+	float mu;                 /* global mean when the batch was published */
+	uint32_t salt;            /* sampling coins */
+	/* the ratings: the slot's own buffers, or (mfs_engine_sgd_set_stream) a device-resident set */
+	const uint32_t *u, *i;
+	const float *r;
+	const float *mr_u, *mr_i; /* per-rating row modes, or NULL */
+	const float *md_u, *md_i; /* per-row row modes (sets), or NULL: du / di for the whole side */
+	float du, di;             /* 1: atomic deltas (streaming batches) */
+};
+
+struct pk_dev {
+	const pk_hdr *hdr;
+	const unsigned long long *seq;
+	unsigned int *done;
+	unsigned long long *ticket, *consumed;
+	unsigned long long *consumed_host; /* mapped pinned host memory */
+	const unsigned int *stop;
+	uint32_t S, cap;
+};
+
+template <typename T, int K>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+	sgd_persistent_kernel(pk_dev a, T *P, T *Q, float *bu, float *bi, const mfs_hparams_t *hp,
+	                      unsigned long long *skipped, unsigned long long q0)
+{
+	using S = hog_shape<T, K>;
+	constexpr int L = S::L, G = S::G;
+	const int lane = threadIdx.x & 31, sub = lane % L, grp = lane / L;
+	unsigned long long q = q0; /* this warp's slot cursor */
+	for (;;) {
+		unsigned long long t = 0;
+		if (lane == 0)
+			t = atomicAdd(a.ticket, 1ull);
+		t = __shfl_sync(0xffffffffu, t, 0);
+		/* find the slot holding chunk t */
+		uint32_t s, nchunks, n, salt;
+		unsigned long long first;
+		float mu;
+		const uint32_t *us, *is;
+		const float *rs, *mru, *mri, *mdu, *mdi;
+		float du, di;
+		for (;;) {
+			s = (uint32_t)(q % a.S);
+			const volatile unsigned long long *vs = a.seq + s;
+			const unsigned long long v = *vs;
+			if (v == q + 1) {
+				__threadfence();
+				first = __ldcg(&a.hdr[s].first);
+				nchunks = __ldcg(&a.hdr[s].nchunks);
+				n = __ldcg(&a.hdr[s].n);
+				mu = __ldcg(&a.hdr[s].mu);
+				salt = __ldcg(&a.hdr[s].salt);
+				us = (const uint32_t *)__ldcg((const unsigned long long *)&a.hdr[s].u);
+				is = (const uint32_t *)__ldcg((const unsigned long long *)&a.hdr[s].i);
+				rs = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].r);
+				mru = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].mr_u);
+				mri = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].mr_i);
+				mdu = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].md_u);
+				mdi = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].md_i);
+				du = __ldcg(&a.hdr[s].du);
+				di = __ldcg(&a.hdr[s].di);
+				__threadfence();
+				if (*vs != v)
+					continue; /* reused while we read it (a warp stalled a whole ring cycle) */
+				if (t < first + nchunks)
+					break;
+				q++;
+			} else if (v > q + 1) {
+				q++; /* consumed and reused: t lies beyond it */
+			} else {
+				if (*(volatile const unsigned int *)a.stop)
+					return;
+				__nanosleep(256);
 			}
-			if (ci > 1.f) {
-#pragma unroll
-				for (int t = 0; t < E; t++)
-					f[t] = fmaf(g, PV(t), dq * QV(t));
-				vec16<T>::st(q + j * L * E, f);
-			} else if (wi) {
-#pragma unroll
-				for (int t = 0; t < E; t++)
-					f[t] = g * PV(t) - aq * QV(t);
-				vec16<T>::red(q + j * L * E, f);
+		}
+		hog_coef co;
+		co.load(hp); /* per chunk: a new learning rate applies from the next chunk on */
+		const size_t beg = (size_t)(t - first) * PK_CHUNK;
+		const size_t end = beg + PK_CHUNK < n ? beg + PK_CHUNK : n;
+		for (size_t x0 = beg; x0 < end; x0 += G) {
+			const size_t x = x0 + grp;
+			const bool in = x < end;
+			uint32_t u = MFS_ROW_NONE, i = MFS_ROW_NONE;
+			float r = 0.f, cu = 1.f, ci = 1.f;
+			if (in) {
+				u = __ldcg(us + x), i = __ldcg(is + x), r = __ldcg(rs + x);
+				if (u != MFS_ROW_NONE && i != MFS_ROW_NONE) {
+					cu = mru ? __ldcg(mru + x) : mdu ? __ldg(mdu + u) : du;
+					ci = mri ? __ldcg(mri + x) : mdi ? __ldg(mdi + i) : di;
+				}
+			}
+			const bool live = in && u != MFS_ROW_NONE && i != MFS_ROW_NONE;
+			hog_step<T, K>(live, u, i, r, (size_t)first * PK_CHUNK + x, salt, cu, ci, sub, P, Q, bu, bi, mu, co,
+			               skipped);
+		}
+		__syncwarp();
+		if (lane == 0) {
+			__threadfence(); /* this chunk's updates before its count */
+			const unsigned int d = atomicAdd(a.done + s, 1u) + 1u;
+			if (d == nchunks) { /* the last chunk of slot q */
+				a.done[s] = 0;
+				while (*(volatile unsigned long long *)a.consumed != q)
+					__nanosleep(64);
+				__threadfence();
+				*(volatile unsigned long long *)a.consumed = q + 1;
+				__threadfence_system();
+				*(volatile unsigned long long *)a.consumed_host = q + 1;
+				__threadfence_system();
 			}
 		}
-#undef PV
-#undef QV
-		if (sub == 0) {
-			if (cu > 1.f)
-				bu[u] = fmaf(dbu, b_u, g);
-			else if (wu)
-				atomicAdd(bu + u, g - abu * b_u);
-			if (ci > 1.f)
-				bi[i] = fmaf(dbi, b_i, g);
-			else if (wi)
-				atomicAdd(bi + i, g - abi * b_i);
-		}
+		__syncwarp();
 	}
 }
 
@@ -430,6 +622,10 @@ __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__r
 
 static struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
 static int hog_setup(struct cuda_impl *c, int k);
+static int pk_stop(struct cuda_impl *c);
+static int pk_quiesce(struct cuda_impl *c);
+static int pk_open(mfs_engine_t *e);
+static void pk_free(struct cuda_impl *c);
 
 /* grow one device table to `need` rows (copy under the synchronous stream) */
 static int dev_grow(struct cuda_impl *c, void **F, float **b, uint32_t *cap, uint32_t need, int k)
@@ -506,6 +702,8 @@ static int cuda_grow(mfs_engine_t *e)
 	mfs_model_t *m = e->model;
 	const int k = m->k;
 	int rc;
+	if ((m->n_users > c->cap_u || m->n_items > c->cap_i) && (rc = pk_stop(c)))
+		return rc; /* new tables: the kernel restarts on them at the next batch */
 	if ((rc = dev_grow(c, &c->P, &c->bu, &c->cap_u, m->n_users, k)) ||
 	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)))
 		return rc;
@@ -532,6 +730,7 @@ static void cuda_close(mfs_engine_t *e)
 	struct cuda_impl *c = impl_of(e);
 	if (!c)
 		return;
+	pk_free(c);
 	cudaFree(c->P);
 	cudaFree(c->Q);
 	cudaFree(c->bu);
@@ -602,6 +801,11 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 	rc = cuda_grow(e);
 	if (rc) {
 		mfs_errf(errstr, es, rc, "CUDA device %d: cannot allocate the model", c->dev);
+		cuda_close(e);
+		return rc;
+	}
+	if (e->conf.persistent && !e->conf.deterministic && (rc = pk_open(e))) {
+		mfs_errf(errstr, es, rc, "CUDA device %d: cannot set up the persistent kernel's ring", c->dev);
 		cuda_close(e);
 	}
 	return rc;
@@ -746,6 +950,18 @@ static void launch_loss_t(struct cuda_impl *c, const struct dev_set *s, unsigned
 #undef LOSS_CASE
 }
 
+template <typename T> static const void *loss_fn(int k)
+{
+	switch (k / 32) {
+#define LOSS_FN(V)                                                                                               \
+	case V:                                                                                                      \
+		return (const void *)loss_kernel<T, V>;
+		LOSS_FN(1) LOSS_FN(2) LOSS_FN(3) LOSS_FN(4) LOSS_FN(5) LOSS_FN(6) LOSS_FN(7) LOSS_FN(8)
+#undef LOSS_FN
+	}
+	return NULL;
+}
+
 static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -753,6 +969,9 @@ static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out
 	if (!s->n)
 		return 0;
 	size_t blocks = (s->n + LOSS_CHUNK - 1) / LOSS_CHUNK;
+	int rc;
+	if ((blocks > c->part_cap || !c->pk.beside) && (rc = pk_stop(c)))
+		return rc;
 	if (blocks > c->part_cap) {
 		cudaFree(c->d_part);
 		c->d_part = NULL;
@@ -823,10 +1042,12 @@ static int stage_batch(mfs_engine_t *e, const mfs_batch_t *b)
 {
 	struct cuda_impl *c = impl_of(e);
 	if (b->n > c->batch_cap) {
+		int rc = pk_stop(c); /* cudaFree would wait for it forever */
+		if (rc)
+			return rc;
 		free_set(&c->batch);
 		c->batch_cap = 0;
-		int rc = alloc_set(&c->batch, b->n);
-		if (rc)
+		if ((rc = alloc_set(&c->batch, b->n)))
 			return rc;
 		c->batch_cap = b->n;
 	}
@@ -850,12 +1071,9 @@ static int grow_counts(uint32_t **cnt, uint32_t *cap, uint32_t rows)
 	return 0;
 }
 
-/* Streaming batches get the same hot-row treatment as sets (see row_modes), per rating:
- * count each row's ratings in the batch (counters are reset by walking the batch again, so
- * the cost is O(batch), not O(rows)), and when some row is held by more than HOT_C warps,
- * upload one scale per rating. Measured on an H200 before this: `serve --engine cuda` on a
- * Zipf 0.8 stream (10 000 items) drove a user row to inf after 949 000 events. */
-static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
+/* Per-rating row modes of batch b into ru/ri (n floats each): 1, or HOT_C / c for a row held by
+ * c > HOT_C warps at once, with `inflight` ratings held at once. *hot: some row is hot. */
+static int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot)
 {
 	struct cuda_impl *c = impl_of(e);
 	*hot = 0;
@@ -868,7 +1086,28 @@ static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 		c->cnt_u[b->u[x]]++;
 		c->cnt_i[b->i[x]]++;
 	}
-	const double k = hog_inflight(e, b->n) / (double)b->n; /* c_r = k * n_r */
+	const double k = inflight / (double)b->n; /* c_r = k * n_r */
+	for (size_t x = 0; x < b->n; x++) {
+		double cu = k * c->cnt_u[b->u[x]], ci = k * c->cnt_i[b->i[x]];
+		ru[x] = cu > HOT_C ? (float)(HOT_C / cu) : 1.0f;
+		ri[x] = ci > HOT_C ? (float)(HOT_C / ci) : 1.0f;
+		*hot |= cu > HOT_C || ci > HOT_C;
+	}
+	for (size_t x = 0; x < b->n; x++) /* reset what was counted */
+		c->cnt_u[b->u[x]] = c->cnt_i[b->i[x]] = 0;
+	return 0;
+}
+
+/* Streaming batches get the same hot-row treatment as sets (see row_modes), per rating:
+ * count each row's ratings in the batch (counters are reset by walking the batch again, so
+ * the cost is O(batch), not O(rows)), and when some row is held by more than HOT_C warps,
+ * upload one scale per rating. Measured on an H200 before this: `serve --engine cuda` on a
+ * Zipf 0.8 stream (10 000 items) drove a user row to inf after 949 000 events. */
+static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
+{
+	struct cuda_impl *c = impl_of(e);
+	int rc = 0;
+	*hot = 0;
 	if (b->n > c->h_r_cap) {
 		float *nu = (float *)realloc(c->h_ru, b->n * sizeof *nu);
 		if (nu)
@@ -877,19 +1116,10 @@ static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 		if (ni)
 			c->h_ri = ni;
 		if (!nu || !ni)
-			rc = ENOMEM;
-		else
-			c->h_r_cap = b->n;
+			return ENOMEM;
+		c->h_r_cap = b->n;
 	}
-	for (size_t x = 0; x < b->n && !rc; x++) {
-		double cu = k * c->cnt_u[b->u[x]], ci = k * c->cnt_i[b->i[x]];
-		c->h_ru[x] = cu > HOT_C ? (float)(HOT_C / cu) : 1.0f;
-		c->h_ri[x] = ci > HOT_C ? (float)(HOT_C / ci) : 1.0f;
-		*hot |= cu > HOT_C || ci > HOT_C;
-	}
-	for (size_t x = 0; x < b->n; x++) /* reset what was counted */
-		c->cnt_u[b->u[x]] = c->cnt_i[b->i[x]] = 0;
-	if (rc || !*hot)
+	if ((rc = scales_into(e, b, hog_inflight(e, b->n), c->h_ru, c->h_ri, hot)) || !*hot)
 		return rc;
 	struct dev_set *d = &c->batch;
 	if (b->n > d->r_cap) {
@@ -906,8 +1136,310 @@ static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 	return 0;
 }
 
+/* ---- the persistent kernel: host side ------------------------------------------------------ */
+#define PK_SLOTS 8
+#define PK_SLOT_RATINGS (1u << 18) /* 256 Ki ratings (3 MiB, 5 with row modes) per slot */
+
+template <typename T>
+using pk_fn = void (*)(pk_dev, T *, T *, float *, float *, const mfs_hparams_t *, unsigned long long *,
+                       unsigned long long);
+
+template <typename T> static pk_fn<T> pk_kernel(int k)
+{
+	switch (k) {
+#define PK_CASE(K)                                                                                               \
+	case K:                                                                                                      \
+		return sgd_persistent_kernel<T, K>;
+		PK_CASE(32) PK_CASE(64) PK_CASE(96) PK_CASE(128) PK_CASE(160) PK_CASE(192) PK_CASE(224) PK_CASE(256)
+#undef PK_CASE
+	}
+	return NULL;
+}
+
+template <typename T> static const void *loss_fn(int k);
+
+static uint64_t pk_consumed(const struct cuda_impl *c)
+{
+	return __atomic_load_n(c->pk.h_consumed, __ATOMIC_ACQUIRE);
+}
+
+/* The kernel must still be running: it returns only when told to stop. */
+static int pk_alive(struct cuda_impl *c)
+{
+	cudaError_t err = cudaStreamQuery(c->pk.run);
+	if (err == cudaErrorNotReady)
+		return 0;
+	if (err == cudaSuccess) {
+		mfs_error("cuda", "msg=\"persistent kernel exited without being stopped\"");
+		c->pk.running = 0;
+		return MFS_EGPU;
+	}
+	MFS_CUDA_TRY(err);
+	return 0;
+}
+
+/* Wait until the kernel consumed slots [0, upto). Polls mapped memory; checks the kernel is
+ * alive every few thousand polls. */
+static int pk_wait(struct cuda_impl *c, uint64_t upto)
+{
+	for (unsigned spins = 0; pk_consumed(c) < upto; spins++) {
+		if ((spins & 4095) == 4095) {
+			int rc = pk_alive(c);
+			if (rc)
+				return rc;
+		}
+		if (spins > 64) {
+			struct timespec ts = {0, 2000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+static int pk_quiesce(struct cuda_impl *c)
+{
+	return c->pk.running ? pk_wait(c, c->pk.published) : 0;
+}
+
+static int pk_launch(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	struct pk_host *h = &c->pk;
+	/* every chunk below next_chunk was applied: the tickets restart there */
+	*h->h_ticket = h->next_chunk;
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_ticket, h->h_ticket, sizeof *h->h_ticket, cudaMemcpyHostToDevice, h->copy));
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_stop, &h->h_flag[0], sizeof(unsigned int), cudaMemcpyHostToDevice, h->copy));
+	MFS_CUDA_TRY(cudaStreamSynchronize(h->copy));
+	pk_dev a;
+	a.hdr = h->d_hdr;
+	a.seq = h->d_seq;
+	a.done = h->d_done;
+	a.ticket = h->d_ticket;
+	a.consumed = h->d_consumed;
+	a.consumed_host = h->hd_consumed;
+	a.stop = h->d_stop;
+	a.S = h->S;
+	a.cap = h->cap;
+	const int k = e->model->k;
+	if (c->fp16)
+		pk_kernel<__half>(k)<<<h->grid, 32 * WARPS_PER_BLOCK, 0, h->run>>>(
+			a, (__half *)c->P, (__half *)c->Q, c->bu, c->bi, c->d_hp, c->d_skipped, h->published);
+	else
+		pk_kernel<float>(k)<<<h->grid, 32 * WARPS_PER_BLOCK, 0, h->run>>>(
+			a, (float *)c->P, (float *)c->Q, c->bu, c->bi, c->d_hp, c->d_skipped, h->published);
+	MFS_CUDA_LAUNCHED();
+	h->running = 1;
+	return 0;
+}
+
+/* Quiesce, then tell the kernel to return and wait for it. Growth of the tables, sets and any
+ * allocation happen only while it is stopped (cudaFree synchronizes the device). */
+static int pk_stop(struct cuda_impl *c)
+{
+	struct pk_host *h = &c->pk;
+	if (!h->running)
+		return 0;
+	int rc = pk_quiesce(c);
+	h->running = 0; /* whatever happens next, it is not to be waited on again */
+	if (rc)
+		return rc;
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_stop, &h->h_flag[1], sizeof(unsigned int), cudaMemcpyHostToDevice, h->copy));
+	MFS_CUDA_TRY(cudaStreamSynchronize(h->copy));
+	MFS_CUDA_TRY(cudaStreamSynchronize(h->run));
+	return 0;
+}
+
+static void pk_free(struct cuda_impl *c)
+{
+	struct pk_host *h = &c->pk;
+	if (h->running)
+		pk_stop(c);
+	void *dev[] = {h->d_hdr, h->d_seq, h->d_u, h->d_i, h->d_r, h->d_su, h->d_si, h->d_done, h->d_stop, h->d_ticket,
+	               h->d_consumed};
+	for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++)
+		cudaFree(dev[j]);
+	void *host[] = {h->h_hdr, h->h_seq, h->h_u, h->h_i, h->h_r, h->h_su, h->h_si, h->h_flag, h->h_ticket, h->h_consumed};
+	for (size_t j = 0; j < sizeof host / sizeof host[0]; j++)
+		cudaFreeHost(host[j]);
+	if (h->run)
+		cudaStreamDestroy(h->run);
+	if (h->copy)
+		cudaStreamDestroy(h->copy);
+	memset(h, 0, sizeof *h);
+}
+
+/* Allocate the ring and size the grid: SMs x (occupancy - the blocks a loss kernel needs), so
+ * the loss and gather kernels of full passes, prequential scoring and snapshots run beside it. */
+static int pk_open(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	struct pk_host *h = &c->pk;
+	const int k = e->model->k;
+	h->S = PK_SLOTS;
+	h->cap = PK_SLOT_RATINGS;
+	const size_t n = (size_t)h->S * h->cap;
+	MFS_CUDA_TRY(cudaStreamCreateWithFlags(&h->run, cudaStreamNonBlocking));
+	MFS_CUDA_TRY(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_hdr, h->S * sizeof *h->d_hdr));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_seq, h->S * sizeof *h->d_seq));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_done, h->S * sizeof *h->d_done));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_u, n * sizeof *h->d_u));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_i, n * sizeof *h->d_i));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_r, n * sizeof *h->d_r));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_su, n * sizeof *h->d_su));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_si, n * sizeof *h->d_si));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_stop, sizeof *h->d_stop));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_ticket, sizeof *h->d_ticket));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_consumed, sizeof *h->d_consumed));
+	/* on the copy stream and waited for: a legacy-stream memset is not ordered before a
+	 * non-blocking stream's kernel, and reused device memory holds an old engine's bytes */
+	MFS_CUDA_TRY(cudaMemsetAsync(h->d_seq, 0, h->S * sizeof *h->d_seq, h->copy));
+	MFS_CUDA_TRY(cudaMemsetAsync(h->d_done, 0, h->S * sizeof *h->d_done, h->copy));
+	MFS_CUDA_TRY(cudaMemsetAsync(h->d_consumed, 0, sizeof *h->d_consumed, h->copy));
+	MFS_CUDA_TRY(cudaStreamSynchronize(h->copy));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_hdr, h->S * sizeof *h->h_hdr, cudaHostAllocDefault));
+	/* h_seq[s]: slot s's sequence number; h_seq[S + s] = 0: the "being rewritten" mark */
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_seq, 2 * h->S * sizeof *h->h_seq, cudaHostAllocDefault));
+	memset(h->h_seq, 0, 2 * h->S * sizeof *h->h_seq);
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_u, n * sizeof *h->h_u, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_i, n * sizeof *h->h_i, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_r, n * sizeof *h->h_r, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_su, n * sizeof *h->h_su, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_si, n * sizeof *h->h_si, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_flag, 2 * sizeof *h->h_flag, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_ticket, sizeof *h->h_ticket, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_consumed, sizeof *h->h_consumed, cudaHostAllocMapped));
+	MFS_CUDA_TRY(cudaHostGetDevicePointer((void **)&h->hd_consumed, h->h_consumed, 0));
+	h->h_flag[0] = 0;
+	h->h_flag[1] = 1;
+	*h->h_consumed = 0;
+	/* grid: leave room for one loss block per SM (register-bound kernels of 256 threads) */
+	const void *pf = c->fp16 ? (const void *)pk_kernel<__half>(k) : (const void *)pk_kernel<float>(k);
+	const void *lf = c->fp16 ? loss_fn<__half>(k) : loss_fn<float>(k);
+	int bps = 0;
+	cudaFuncAttributes fp, fl;
+	MFS_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, pf, 32 * WARPS_PER_BLOCK, 0));
+	MFS_CUDA_TRY(cudaFuncGetAttributes(&fp, pf));
+	MFS_CUDA_TRY(cudaFuncGetAttributes(&fl, lf));
+	int reserve = fp.numRegs > 0 ? (fl.numRegs + fp.numRegs - 1) / fp.numRegs : 1;
+	if (reserve < 1)
+		reserve = 1;
+	const char *pb = getenv("MFS_CUDA_PK_BLOCKS_PER_SM"); /* experiments */
+	int use = pb && atoi(pb) > 0 ? atoi(pb) : bps - reserve;
+	/* the persistent kernel uses no shared memory, so the loss kernel's small static block
+	 * reduction always fits; registers (and threads, far from the limit) decide */
+	h->beside = use + reserve <= bps;
+	const char *pbs = getenv("MFS_CUDA_PK_BESIDE"); /* experiments: 0 = stop the kernel for every loss */
+	if (pbs && *pbs)
+		h->beside = h->beside && atoi(pbs) != 0;
+	const char *pco = getenv("MFS_CUDA_PK_CARVEOUT"); /* experiments: shared memory carveout, percent */
+	if (pco && *pco)
+		MFS_CUDA_TRY(cudaFuncSetAttribute(pf, cudaFuncAttributePreferredSharedMemoryCarveout, atoi(pco)));
+	if (use < 1)
+		use = 1;
+	h->grid = c->sms * use;
+	h->on = 1;
+	mfs_info("cuda", "msg=\"persistent kernel\" k=%d fp16=%d blocks=%d blocks_per_sm=%d of=%d regs=%d loss_regs=%d "
+	                 "loss_beside=%d slots=%u slot_ratings=%u",
+	         k, c->fp16, h->grid, use, bps, fp.numRegs, fl.numRegs, h->beside, h->S, h->cap);
+	return 0;
+}
+
+/* The next slot, once the kernel has consumed the batch that used it before (the ring is
+ * full otherwise: that wait is the push back the learner's ring, and then the consumer's
+ * partition pause, feel). Launches the kernel if it is not running. */
+static int pk_slot(mfs_engine_t *e, uint32_t *slot)
+{
+	struct cuda_impl *c = impl_of(e);
+	struct pk_host *h = &c->pk;
+	int rc;
+	if (!h->running && (rc = pk_launch(e)))
+		return rc;
+	if (h->published - pk_consumed(c) >= h->S) {
+		h->waits++;
+		if ((rc = pk_wait(c, h->published - h->S + 1)))
+			return rc;
+	}
+	*slot = (uint32_t)(h->published % h->S);
+	return 0;
+}
+
+/* Publish slot s of n ratings described by hd (pointers and modes set by the caller): its
+ * header, then its sequence number, on the copy stream after whatever the caller queued. */
+static int pk_publish(mfs_engine_t *e, uint32_t s, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	struct pk_host *h = &c->pk;
+	struct pk_hdr *hd = &h->h_hdr[s];
+	hd->first = h->next_chunk;
+	hd->nchunks = (uint32_t)((n + PK_CHUNK - 1) / PK_CHUNK);
+	hd->n = (uint32_t)n;
+	hd->mu = (float)e->model->mu;
+	hd->salt = mfs_coin_salt(++c->launches);
+	h->h_seq[s] = h->published + 1;
+	/* seqlock: mark the slot before its header changes. A warp scanning past the slot's old
+	 * batch reads seq, the header, then seq again; without the mark it could take a half new
+	 * header for the old batch (and, finishing it, wait forever for an old `consumed`) */
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_seq + s, h->h_seq + h->S + s, sizeof *h->d_seq, cudaMemcpyHostToDevice, h->copy));
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_hdr + s, hd, sizeof *hd, cudaMemcpyHostToDevice, h->copy));
+	/* seq last: the kernel trusts a slot once seq says so */
+	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_seq + s, h->h_seq + s, sizeof *h->d_seq, cudaMemcpyHostToDevice, h->copy));
+	h->published++;
+	h->next_chunk += hd->nchunks;
+	return 0;
+}
+
+/* Publish batch b into the ring, split at slot size: copied to pinned staging, per-rating
+ * row modes computed, queued on the copy stream. Returns without waiting for the kernel. */
+static int pk_submit(mfs_engine_t *e, const mfs_batch_t *b)
+{
+	struct cuda_impl *c = impl_of(e);
+	struct pk_host *h = &c->pk;
+	int rc;
+	for (size_t off = 0; off < b->n;) {
+		const size_t n = b->n - off < h->cap ? b->n - off : h->cap;
+		uint32_t s;
+		if ((rc = pk_slot(e, &s)))
+			return rc;
+		const size_t base = (size_t)s * h->cap;
+		memcpy(h->h_u + base, b->u + off, n * sizeof *h->h_u);
+		memcpy(h->h_i + base, b->i + off, n * sizeof *h->h_i);
+		memcpy(h->h_r + base, b->r + off, n * sizeof *h->h_r);
+		const mfs_batch_t piece = {b->u + off, b->i + off, b->r + off, n};
+		const double inflight = (double)h->grid * WARPS_PER_BLOCK * c->hog_g;
+		int hot = 0;
+		if ((rc = scales_into(e, &piece, inflight < (double)n ? inflight : (double)n, h->h_su + base, h->h_si + base,
+		                      &hot)))
+			return rc;
+		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_u + base, h->h_u + base, n * sizeof *h->d_u, cudaMemcpyHostToDevice, h->copy));
+		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_i + base, h->h_i + base, n * sizeof *h->d_i, cudaMemcpyHostToDevice, h->copy));
+		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_r + base, h->h_r + base, n * sizeof *h->d_r, cudaMemcpyHostToDevice, h->copy));
+		if (hot) {
+			MFS_CUDA_TRY(cudaMemcpyAsync(h->d_su + base, h->h_su + base, n * sizeof(float), cudaMemcpyHostToDevice,
+			                             h->copy));
+			MFS_CUDA_TRY(cudaMemcpyAsync(h->d_si + base, h->h_si + base, n * sizeof(float), cudaMemcpyHostToDevice,
+			                             h->copy));
+		}
+		struct pk_hdr *hd = &h->h_hdr[s];
+		hd->u = h->d_u + base;
+		hd->i = h->d_i + base;
+		hd->r = h->d_r + base;
+		hd->mr_u = hot ? h->d_su + base : NULL;
+		hd->mr_i = hot ? h->d_si + base : NULL;
+		hd->md_u = hd->md_i = NULL;
+		hd->du = hd->di = 1.f;
+		if ((rc = pk_publish(e, s, n)))
+			return rc;
+		off += n;
+	}
+	e->model->events_applied += b->n; /* applied once consumed: snapshots quiesce first */
+	return 0;
+}
+
 static int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 {
+	if (impl_of(e)->pk.on)
+		return b->n ? pk_submit(e, b) : 0;
 	int rc = stage_batch(e, b);
 	if (rc)
 		return rc;
@@ -1054,6 +1586,9 @@ static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, d
 
 static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 {
+	int prc = pk_stop(impl_of(e)); /* sets allocate and take the whole device */
+	if (prc)
+		return prc;
 	struct dev_set *d = (struct dev_set *)calloc(1, sizeof *d);
 	if (!d)
 		return ENOMEM;
@@ -1091,6 +1626,7 @@ static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 
 static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
 {
+	pk_stop(impl_of(e));
 	(void)e;
 	struct dev_set *d = (struct dev_set *)s;
 	if (!d)
@@ -1101,6 +1637,9 @@ static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
 
 static int cuda_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
 {
+	int rc = pk_stop(impl_of(e));
+	if (rc)
+		return rc;
 	/* the order is the set's (shuffled once at load); the epoch draws fresh sampling coins */
 	return launch_sgd(e, (struct dev_set *)s, mfs_coin_salt(epoch));
 }
@@ -1115,6 +1654,8 @@ static int cuda_sync(mfs_engine_t *e)
 	struct cuda_impl *c = impl_of(e);
 	mfs_model_t *m = e->model;
 	int rc;
+	if ((rc = pk_quiesce(c))) /* every submitted batch applied; the kernel idles meanwhile */
+		return rc;
 	if ((rc = get_rows(c, m->P, c->P, c->n_u, m->k)) || (rc = get_rows(c, m->Q, c->Q, c->n_i, m->k)))
 		return rc;
 	MFS_CUDA_TRY(cudaMemcpy(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost));
@@ -1122,7 +1663,55 @@ static int cuda_sync(mfs_engine_t *e)
 	return 0;
 }
 
+static int cuda_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
+{
+	(void)e;
+	size_t fr = 0, tot = 0;
+	MFS_CUDA_TRY(cudaMemGetInfo(&fr, &tot));
+	*used = (uint64_t)(tot - fr);
+	*total = (uint64_t)tot;
+	return 0;
+}
+
+static int cuda_drain(mfs_engine_t *e)
+{
+	return pk_quiesce(impl_of(e));
+}
+
+/* A loaded set through the ring: each piece's descriptor points into the device-resident set
+ * and carries the set's per-row modes, so the kernel does what launch_sgd's would. */
+static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, size_t batch)
+{
+	struct cuda_impl *c = impl_of(e);
+	const struct dev_set *d = (const struct dev_set *)set;
+	int rc;
+	if (!c->pk.on)
+		return launch_sgd(e, d, mfs_coin_salt(epoch));
+	for (size_t off = 0; off < d->n; off += batch) {
+		const size_t n = d->n - off < batch ? d->n - off : batch;
+		uint32_t s;
+		if ((rc = pk_slot(e, &s)))
+			return rc;
+		struct pk_hdr *hd = &c->pk.h_hdr[s];
+		hd->u = d->u + off;
+		hd->i = d->i + off;
+		hd->r = d->r + off;
+		hd->mr_u = hd->mr_i = NULL;
+		hd->md_u = d->su;
+		hd->md_i = d->si;
+		hd->du = d->du;
+		hd->di = d->di;
+		if ((rc = pk_publish(e, s, n)))
+			return rc;
+	}
+	if ((rc = pk_quiesce(c)))
+		return rc;
+	e->model->events_applied += d->n;
+	return 0;
+}
+
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
-	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,
+	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
+	cuda_drain,    cuda_sgd_set_stream,
 };
