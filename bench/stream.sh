@@ -34,6 +34,19 @@ except Exception:
     print(0)
 PY
 }
+wait_applied() { # dir n: until the snapshot in dir counts n events; fails after 20 s without progress
+	local last=-1 same=0 now
+	while now=$(events_applied "$1"); [ "$now" -lt "$2" ]; do
+		if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; last=$now; fi
+		if [ $same -ge 200 ]; then
+			echo "stuck at $now of $2 events for 20 s: the embedded broker keeps ~5 MiB per partition and" \
+				"drops older data silently when the consumer falls that far behind (fewer events, more" \
+				"partitions, or a --rate)" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+}
 start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 	local dir=$1 log=$2; shift 2
 	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
@@ -65,7 +78,7 @@ for epm in 100 1000; do
 	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$n" --batch "$epm" --compact \
 		2>"$tmp/produce-$epm.log"
 	tp=$(date +%s.%N)
-	while [ "$(events_applied "$d")" -lt "$n" ]; do sleep 0.05; done
+	wait_applied "$d" "$n"
 	t1=$(date +%s.%N)
 	kill -TERM $spid && wait $spid
 	p50=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
@@ -90,7 +103,7 @@ for rate in 50000 200000; do
 	m=$((rate * 10))
 	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$m" --batch 100 --compact \
 		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
-	while [ "$(events_applied "$d")" -lt "$m" ]; do sleep 0.05; done
+	wait_applied "$d" "$m"
 	kill -TERM $spid && wait $spid
 	line=$(grep -o 'msg=stopped.*' "$tmp/serve-lat-$rate.log")
 	p50=$(echo "$line" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
@@ -112,7 +125,7 @@ port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep
 scr=$!
 "$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings 3000000 --batch 100 --compact \
 	--rate 100000 2>"$tmp/produce-ts.log"
-while [ "$(events_applied "$d")" -lt 3000000 ]; do sleep 0.1; done
+wait_applied "$d" 3000000
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
