@@ -206,6 +206,22 @@ int mfs_engine_sync(mfs_engine_t *e)
 	return e->iface->sync ? e->iface->sync(e) : 0;
 }
 
+int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
+                         size_t n_items)
+{
+	if (!e || (n_users && !user_rows) || (n_items && !item_rows))
+		return MFS_EINVAL;
+	for (size_t j = 0; j < n_users; j++)
+		if (user_rows[j] >= e->model->n_users)
+			return MFS_EINVAL;
+	for (size_t j = 0; j < n_items; j++)
+		if (item_rows[j] >= e->model->n_items)
+			return MFS_EINVAL;
+	if (!e->iface->sync_rows)
+		return mfs_engine_sync(e);
+	return e->iface->sync_rows(e, user_rows, n_users, item_rows, n_items);
+}
+
 int mfs_engine_drain(mfs_engine_t *e)
 {
 	if (!e)

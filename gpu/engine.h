@@ -111,6 +111,12 @@ int mfs_engine_drain(mfs_engine_t *e);
 int mfs_engine_sgd_set_stream(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch);
 /** Bring the host model up to date (device engines copy factors back). */
 int mfs_engine_sync(mfs_engine_t *e);
+/** Bring only the given rows of the host model up to date (snapshots: the rows touched since
+ *  the last one). Rows must be < the model's rows; repeats are allowed. Device engines gather
+ *  the rows on the device and copy just those back; cost scales with the rows, not the tables.
+ *  @return 0, MFS_EINVAL (row out of range), ENOMEM, MFS_EGPU. */
+int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
+                         size_t n_items);
 /** Memory of the engine's device: in use (by every process) and total, in bytes.
  *  @return 0, MFS_ENODEV (a host engine has no device memory), MFS_EGPU. */
 int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total);

@@ -342,7 +342,8 @@ static int snapshot(mfs_learner_t *l, const char *why, int sync_commit)
 	int rc;
 	if (!l->dirty)
 		return 0;
-	if ((rc = mfs_engine_sync(l->e)))
+	/* only the rows this snapshot writes come back from a device engine */
+	if ((rc = mfs_engine_sync_rows(l->e, l->tu.rows, l->tu.n, l->ti.rows, l->ti.n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sync: %s", mfs_strerror(rc));
 	mfs_snap_offset_t *offs = calloc(l->n_offs + 1, sizeof *offs);
 	if (!offs)

@@ -94,6 +94,11 @@ struct cuda_impl {
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
 	struct pk_host pk;
+	/* sync_rows: rows to gather, gathered rows and biases (device, and pinned host) */
+	uint32_t *g_rows;
+	void *g_F, *g_hF;
+	float *g_b, *g_hb;
+	size_t g_cap;
 };
 
 /* ---- storage traits: how the deterministic and loss kernels read and write one factor ---- */
@@ -557,6 +562,24 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 	}
 }
 
+/* gather_rows_kernel: out row j = F row rows[j] (k elements), bout[j] = b[rows[j]]; one warp
+ * per row, lanes stride the row. Reads through L2: a persistent kernel may have written it. */
+template <typename T>
+__global__ void gather_rows_kernel(const T *F, const float *b, const uint32_t *__restrict__ rows, size_t n, int k,
+                                   T *out, float *bout)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t j = warp; j < n; j += warps) {
+		const size_t r = __ldg(rows + j);
+		for (int x = lane; x < k; x += 32)
+			out[j * (size_t)k + x] = F[r * (size_t)k + x];
+		if (lane == 0)
+			bout[j] = __ldcg(b + r);
+	}
+}
+
 /* loss_kernel: block b scores ratings [b*CHUNK, (b+1)*CHUNK); each warp accumulates squared
  * and absolute errors of clipped predictions in double, then the block adds its warps in
  * warp order: part[2b] = sse, part[2b+1] = sae. The host adds blocks in order. Fixed chunking
@@ -731,6 +754,11 @@ static void cuda_close(mfs_engine_t *e)
 	if (!c)
 		return;
 	pk_free(c);
+	cudaFree(c->g_rows);
+	cudaFree(c->g_F);
+	cudaFree(c->g_b);
+	cudaFreeHost(c->g_hF);
+	cudaFreeHost(c->g_hb);
 	cudaFree(c->P);
 	cudaFree(c->Q);
 	cudaFree(c->bu);
@@ -1663,6 +1691,85 @@ static int cuda_sync(mfs_engine_t *e)
 	return 0;
 }
 
+/* Gather n rows of one table (F, b) on the device and copy them into the host model's dst/bdst. */
+static int gather_side(mfs_engine_t *e, const void *F, const float *b, const uint32_t *rows, size_t n, float *dst,
+                       float *bdst)
+{
+	struct cuda_impl *c = impl_of(e);
+	const int k = e->model->k;
+	int rc;
+	if (!n)
+		return 0;
+	if (n > c->g_cap) { /* grow (doubling): allocations only while the persistent kernel is stopped */
+		if ((rc = pk_stop(c)))
+			return rc;
+		size_t nc = c->g_cap ? c->g_cap : 4096;
+		while (nc < n)
+			nc *= 2;
+		cudaFree(c->g_rows);
+		cudaFree(c->g_F);
+		cudaFree(c->g_b);
+		cudaFreeHost(c->g_hF);
+		cudaFreeHost(c->g_hb);
+		c->g_rows = NULL, c->g_F = c->g_hF = NULL, c->g_b = c->g_hb = NULL, c->g_cap = 0;
+		MFS_CUDA_TRY(cudaMalloc(&c->g_rows, nc * sizeof *c->g_rows));
+		MFS_CUDA_TRY(cudaMalloc(&c->g_F, nc * (size_t)k * c->es));
+		MFS_CUDA_TRY(cudaMalloc(&c->g_b, nc * sizeof(float)));
+		MFS_CUDA_TRY(cudaHostAlloc(&c->g_hF, nc * (size_t)k * c->es, cudaHostAllocDefault));
+		MFS_CUDA_TRY(cudaHostAlloc(&c->g_hb, nc * sizeof(float), cudaHostAllocDefault));
+		c->g_cap = nc;
+	}
+	if (!c->pk.beside && (rc = pk_stop(c)))
+		return rc;
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows, rows, n * sizeof *rows, cudaMemcpyHostToDevice, c->stream));
+	const unsigned blocks = (unsigned)((n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK < 4096
+	                                       ? (n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK
+	                                       : 4096);
+	if (c->fp16)
+		gather_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const __half *)F, b, c->g_rows, n, k, (__half *)c->g_F, c->g_b);
+	else
+		gather_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const float *)F, b, c->g_rows, n, k, (float *)c->g_F, c->g_b);
+	MFS_CUDA_LAUNCHED();
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	for (size_t j = 0; j < n; j++) {
+		float *d = dst + (size_t)rows[j] * k;
+		if (c->fp16) {
+			const __half *h = (const __half *)c->g_hF + j * (size_t)k;
+			for (int x = 0; x < k; x++)
+				d[x] = __half2float(h[x]);
+		} else {
+			memcpy(d, (const float *)c->g_hF + j * (size_t)k, (size_t)k * sizeof(float));
+		}
+		bdst[rows[j]] = c->g_hb[j];
+	}
+	return 0;
+}
+
+/* The rows a snapshot writes: quiesce (every queued batch applied; the kernel idles), gather
+ * them beside it, copy back. Rows the device has not been given yet (grow not called) are not
+ * on it: the host's values are current for those. */
+static int cuda_sync_rows(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
+{
+	struct cuda_impl *c = impl_of(e);
+	mfs_model_t *m = e->model;
+	int rc;
+	if ((rc = pk_quiesce(c)))
+		return rc;
+	for (size_t j = 0; j < nu; j++)
+		if (ur[j] >= c->n_u)
+			return cuda_sync(e); /* not uploaded yet: the whole-table path handles it */
+	for (size_t j = 0; j < ni; j++)
+		if (ir[j] >= c->n_i)
+			return cuda_sync(e);
+	if ((rc = gather_side(e, c->P, c->bu, ur, nu, m->P, m->bu)))
+		return rc;
+	return gather_side(e, c->Q, c->bi, ir, ni, m->Q, m->bi);
+}
+
 static int cuda_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
 {
 	(void)e;
@@ -1713,5 +1820,5 @@ static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, 
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_sgd_set_stream,
+	cuda_drain,    cuda_sync_rows, cuda_sgd_set_stream,
 };

@@ -112,6 +112,27 @@ static void exactly_once(int k)
 		}
 		done += n;
 	}
+	/* snapshots bring back only the touched rows: every 7th rating's rows (one twice) come
+	 * back applied; the host copy of the others is what the full sync at N/2 (before the
+	 * rate change) left: applied for the first half, the initial 0 for the second */
+	size_t ns = 0;
+	uint32_t *su = malloc((N / 7 + 2) * sizeof *su), *si = malloc((N / 7 + 2) * sizeof *si);
+	for (size_t x = 0; x < N; x += 7)
+		su[ns] = perm[x], si[ns++] = pi[x];
+	su[ns] = perm[0], si[ns++] = pi[0];
+	TEST_OK(mfs_engine_sync_rows(e, su, ns, si, ns));
+	size_t bad_rows = 0, early = 0;
+	for (size_t x = 0; x < N; x++) {
+		float want = x % 7 == 0 || x < N / 2 ? (float)lr_of[x] : 0.0f;
+		bad_rows += m->bu[perm[x]] != want || m->bi[pi[x]] != want;
+		early += x % 7 != 0 && x >= N / 2 && m->bu[perm[x]] != 0;
+	}
+	TEST_ASSERT_MSG(bad_rows == 0, "sync_rows: %zu ratings' rows not as expected (%zu synced that were not asked)",
+	                bad_rows, early);
+	const uint32_t out_of_range = m->n_users;
+	TEST_EQ_INT(mfs_engine_sync_rows(e, &out_of_range, 1, NULL, 0), MFS_EINVAL);
+	free(su);
+	free(si);
 	TEST_OK(mfs_engine_sync(e));
 	TEST_EQ_INT(m->events_applied, N);
 	size_t bad = 0;

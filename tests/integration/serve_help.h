@@ -139,8 +139,11 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 		snprintf(gk, sizeof gk, "%s", group);
 		const char *argv[80];
 		int n = 0;
+		/* MFS_TEST_ENGINE=cuda runs the same tests on the GPU engine (k a multiple of 32 there) */
+		const char *eng = getenv("MFS_TEST_ENGINE") && *getenv("MFS_TEST_ENGINE") ? getenv("MFS_TEST_ENGINE") : "cpu";
+		const char *k = strcmp(eng, "cpu") ? "32" : "16";
 		const char *base[] = {test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
-		                      "--engine", "cpu", "--threads", "2", "--k", "16", "--serve.snapshot_ms", "100",
+		                      "--engine", eng, "--threads", "2", "--k", k, "--serve.snapshot_ms", "100",
 		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",
 		                      "--metrics.listen", "127.0.0.1:0"};
 		for (size_t j = 0; j < sizeof base / sizeof base[0]; j++)
