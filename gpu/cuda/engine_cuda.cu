@@ -58,6 +58,7 @@ struct pk_host {
 	uint32_t S, cap; /* slots, ratings per slot */
 	int grid;        /* blocks of the persistent kernel */
 	cudaStream_t run, copy;
+	cudaEvent_t up_ev; /* row uploads on `copy`, waited for by the engine's stream */
 	struct pk_hdr *d_hdr, *h_hdr;
 	unsigned long long *d_seq, *h_seq;
 	uint32_t *d_u, *d_i, *h_u, *h_i;
@@ -679,13 +680,22 @@ static int dev_grow(struct cuda_impl *c, void **F, float **b, uint32_t *cap, uin
 	return 0;
 }
 
-/* Host fp32 rows [a, a+n) -> device rows (converted to fp16 on the host when needed). */
+/* The stream new rows are uploaded on: with the persistent kernel, its copy stream, so a row
+ * lands before any batch published after it can name it (a legacy-stream copy would not be
+ * ordered with the ring). Copies from pageable memory are staged before the call returns. */
+static cudaStream_t upload_stream(const struct cuda_impl *c)
+{
+	return c->pk.on ? c->pk.copy : c->stream;
+}
+
+/* Host fp32 rows [a, a+n) -> device rows (converted to fp16 on the host when needed), queued
+ * on upload_stream (the caller synchronizes it when the kernel is not persistent). */
 static int put_rows(struct cuda_impl *c, void *dst, const float *src, size_t a, size_t n, int k)
 {
 	const size_t cnt = n * (size_t)k;
 	char *d = (char *)dst + a * (size_t)k * c->es;
 	if (!c->fp16) {
-		MFS_CUDA_TRY(cudaMemcpy(d, src + a * k, cnt * sizeof(float), cudaMemcpyHostToDevice));
+		MFS_CUDA_TRY(cudaMemcpyAsync(d, src + a * k, cnt * sizeof(float), cudaMemcpyHostToDevice, upload_stream(c)));
 		return 0;
 	}
 	__half *h = (__half *)malloc(cnt * sizeof *h);
@@ -693,8 +703,8 @@ static int put_rows(struct cuda_impl *c, void *dst, const float *src, size_t a, 
 		return ENOMEM;
 	for (size_t x = 0; x < cnt; x++)
 		h[x] = __float2half_rn(src[a * k + x]);
-	cudaError_t err = cudaMemcpy(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice);
-	free(h);
+	cudaError_t err = cudaMemcpyAsync(d, h, cnt * sizeof *h, cudaMemcpyHostToDevice, upload_stream(c));
+	free(h); /* pageable: already staged */
 	MFS_CUDA_TRY(err);
 	return 0;
 }
@@ -735,15 +745,23 @@ static int cuda_grow(mfs_engine_t *e)
 		size_t a = c->n_u, n = m->n_users - c->n_u;
 		if ((rc = put_rows(c, c->P, m->P, a, n, k)))
 			return rc;
-		MFS_CUDA_TRY(cudaMemcpy(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice,
+		                             upload_stream(c)));
 		c->n_u = m->n_users;
 	}
 	if (m->n_items > c->n_i) {
 		size_t a = c->n_i, n = m->n_items - c->n_i;
 		if ((rc = put_rows(c, c->Q, m->Q, a, n, k)))
 			return rc;
-		MFS_CUDA_TRY(cudaMemcpy(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice,
+		                             upload_stream(c)));
 		c->n_i = m->n_items;
+	}
+	if (!c->pk.on) {
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	} else { /* loss and gather kernels (c->stream) must see the new rows too */
+		MFS_CUDA_TRY(cudaEventRecord(c->pk.up_ev, c->pk.copy));
+		MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->pk.up_ev, 0));
 	}
 	return 0;
 }
@@ -1293,6 +1311,8 @@ static void pk_free(struct cuda_impl *c)
 		cudaStreamDestroy(h->run);
 	if (h->copy)
 		cudaStreamDestroy(h->copy);
+	if (h->up_ev)
+		cudaEventDestroy(h->up_ev);
 	memset(h, 0, sizeof *h);
 }
 
@@ -1308,6 +1328,7 @@ static int pk_open(mfs_engine_t *e)
 	const size_t n = (size_t)h->S * h->cap;
 	MFS_CUDA_TRY(cudaStreamCreateWithFlags(&h->run, cudaStreamNonBlocking));
 	MFS_CUDA_TRY(cudaStreamCreateWithFlags(&h->copy, cudaStreamNonBlocking));
+	MFS_CUDA_TRY(cudaEventCreateWithFlags(&h->up_ev, cudaEventDisableTiming));
 	MFS_CUDA_TRY(cudaMalloc(&h->d_hdr, h->S * sizeof *h->d_hdr));
 	MFS_CUDA_TRY(cudaMalloc(&h->d_seq, h->S * sizeof *h->d_seq));
 	MFS_CUDA_TRY(cudaMalloc(&h->d_done, h->S * sizeof *h->d_done));
@@ -1684,6 +1705,8 @@ static int cuda_sync(mfs_engine_t *e)
 	int rc;
 	if ((rc = pk_quiesce(c))) /* every submitted batch applied; the kernel idles meanwhile */
 		return rc;
+	if (c->pk.on) /* and rows uploaded after the last batch have landed */
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->pk.copy));
 	if ((rc = get_rows(c, m->P, c->P, c->n_u, m->k)) || (rc = get_rows(c, m->Q, c->Q, c->n_i, m->k)))
 		return rc;
 	MFS_CUDA_TRY(cudaMemcpy(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost));
