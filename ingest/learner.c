@@ -9,6 +9,10 @@
  *   counters that travel with the batch (rejections, digest, held out).
  * A snapshot therefore always sits between two batches, and the offsets it stores name exactly
  * the messages whose events the published rows contain (docs/STREAMING.md, "Exactly once").
+ * The snapshot is staged there (touched rows copied, offsets and counters captured) and
+ * written to LMDB by a writer thread while the learner goes on; one is in flight at a time,
+ * barriers (revocation, shutdown) wait for their commit, and offsets go to Kafka only after
+ * the commit of the snapshot that stores them.
  */
 #include "ingest/learner.h"
 
@@ -47,6 +51,32 @@ typedef struct window {
 	size_t n, cap, alloc, pos;
 } window_t;
 
+/* One snapshot on its way to LMDB: the staged rows and everything its meta says, captured
+ * on the learner thread at a batch boundary; written by the writer thread; its results are
+ * taken back (latency, offset commit, stats) on the learner thread. */
+typedef struct snap_job {
+	mfs_snap_stage_t *stage;
+	mfs_snap_offset_t *offs;
+	size_t n_offs, cap_offs;
+	mfs_snap_extra_t ex[10 + MFS_REJ__COUNT];
+	size_t nx;
+	char names[MFS_REJ__COUNT][64];
+	double lr, last_loss;
+	int64_t *pend_ts; /* create times of the messages it newly covers */
+	size_t n_pend, cap_pend;
+	size_t users, items;
+	uint64_t events_applied;
+	const char *why;
+	/* results (writer thread) */
+	int rc;
+	char err[512];
+	uint64_t seq;
+	double t0, t1;    /* mfs_now_s() around the publish */
+	int64_t commit_ms; /* wall time of the commit */
+} snap_job_t;
+
+enum { JOB_IDLE, JOB_POSTED, JOB_DONE };
+
 struct mfs_learner {
 	const mfs_conf_t *c;
 	mfs_bring_t *ring;
@@ -54,8 +84,14 @@ struct mfs_learner {
 	mfs_model_t *m;
 	mfs_engine_t *e;
 	double mem_next_s; /* next device-memory sample (stats_update) */
-	mfs_snap_writer_t *w;
+	mfs_snap_writer_t *w; /* used by the writer thread once it runs */
 	mfs_snap_loaded_t loaded;
+	/* the writer thread and its one job */
+	pthread_t wthread;
+	int wstarted, wquit, job_state;
+	pthread_mutex_t wmu;
+	pthread_cond_t wcv;
+	snap_job_t job;
 	pthread_t thread;
 	int started, thread_rc;
 	char err[1024];
@@ -319,16 +355,21 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	return 0;
 }
 
-static void commit_offsets(mfs_learner_t *l, int sync)
+/* Commit to Kafka the offsets a published snapshot stores (lag monitoring only: recovery
+ * seeks to the snapshot's own offsets). */
+static void commit_offsets(mfs_learner_t *l, const snap_job_t *j, int sync)
 {
 	if (!l->rk)
 		return;
-	rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new((int)l->n_offs + 1);
-	for (size_t j = 0; j < l->n_offs; j++)
-		if (l->offs[j].next >= 0 && l->offs[j].next != l->offs[j].committed) {
-			rd_kafka_topic_partition_list_add(pl, l->offs[j].topic, l->offs[j].partition)->offset = l->offs[j].next;
-			l->offs[j].committed = l->offs[j].next;
+	rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new((int)j->n_offs + 1);
+	for (size_t x = 0; x < j->n_offs; x++) {
+		applied_off_t *o = off_get(l, j->offs[x].topic, j->offs[x].partition);
+		if (o && j->offs[x].next_offset != o->committed) {
+			rd_kafka_topic_partition_list_add(pl, j->offs[x].topic, j->offs[x].partition)->offset =
+				j->offs[x].next_offset;
+			o->committed = j->offs[x].next_offset;
 		}
+	}
 	if (pl->cnt) {
 		rd_kafka_resp_err_t ke = rd_kafka_commit(l->rk, pl, !sync);
 		if (ke)
@@ -337,92 +378,159 @@ static void commit_offsets(mfs_learner_t *l, int sync)
 	rd_kafka_topic_partition_list_destroy(pl);
 }
 
-static int snapshot(mfs_learner_t *l, const char *why, int sync_commit)
+/* The writer thread: publishes each posted job in one LMDB txn, off the learner's path. */
+static void *writer_main(void *arg)
 {
-	int rc;
-	if (!l->dirty)
+	mfs_learner_t *l = arg;
+	pthread_mutex_lock(&l->wmu);
+	for (;;) {
+		while (l->job_state != JOB_POSTED && !l->wquit)
+			pthread_cond_wait(&l->wcv, &l->wmu);
+		if (l->job_state != JOB_POSTED)
+			break;
+		pthread_mutex_unlock(&l->wmu);
+		snap_job_t *j = &l->job;
+		mfs_snap_info_t info = {
+			.learning_rate = j->lr, .last_loss = j->last_loss, .rating_min = l->c->rating_min,
+			.rating_max = l->c->rating_max, .offsets = j->offs, .n_offsets = j->n_offs,
+			.extra = j->ex, .n_extra = j->nx,
+		};
+		j->err[0] = '\0';
+		j->t0 = mfs_now_s();
+		j->rc = mfs_snap_publish_stage(l->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
+		j->t1 = mfs_now_s();
+		j->commit_ms = mfs_wall_ms();
+		pthread_mutex_lock(&l->wmu);
+		l->job_state = JOB_DONE;
+		pthread_cond_broadcast(&l->wcv);
+	}
+	pthread_mutex_unlock(&l->wmu);
+	return NULL;
+}
+
+/* Take back the job the writer thread finished: freshness of what it newly covers, metrics,
+ * the offset commit, stats. wait: block until it is done; else only if it already is. */
+static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
+{
+	pthread_mutex_lock(&l->wmu);
+	while (wait && l->job_state == JOB_POSTED)
+		pthread_cond_wait(&l->wcv, &l->wmu);
+	int done = l->job_state == JOB_DONE;
+	pthread_mutex_unlock(&l->wmu);
+	if (!done)
 		return 0;
-	/* only the rows this snapshot writes come back from a device engine */
-	if ((rc = mfs_engine_sync_rows(l->e, l->tu.rows, l->tu.n, l->ti.rows, l->ti.n)))
-		return mfs_errf(l->err, sizeof l->err, rc, "engine sync: %s", mfs_strerror(rc));
-	mfs_snap_offset_t *offs = calloc(l->n_offs + 1, sizeof *offs);
-	if (!offs)
-		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
-	size_t no = 0;
-	for (size_t j = 0; j < l->n_offs; j++)
-		if (l->offs[j].next >= 0)
-			offs[no++] = (mfs_snap_offset_t){l->offs[j].topic, l->offs[j].partition, l->offs[j].next};
-	mfs_snap_extra_t ex[10 + MFS_REJ__COUNT];
-	char names[MFS_REJ__COUNT][64];
-	size_t nx = 0;
-	ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_COUNT, MFS_SNAP_T_U64, l->m->mu_count, 0};
-	ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_SUM, MFS_SNAP_T_F64, 0, l->m->mu_sum};
-	ex[nx++] = (mfs_snap_extra_t){MFS_META_HELD_OUT, MFS_SNAP_T_U64, l->held_out, 0};
-	ex[nx++] = (mfs_snap_extra_t){MFS_META_DIGEST, MFS_SNAP_T_U64, l->digest, 0};
-	if (l->pq_n)
-		l->pq_rmse_last = sqrt(l->pq_sse / (double)l->pq_n);
-	if (l->c->serve_prequential && isfinite(l->pq_rmse_last)) {
-		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, l->pq_rmse_last};
-		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, l->pq_n, 0};
-	}
-	if (isfinite(l->hold_rmse))
-		ex[nx++] = (mfs_snap_extra_t){MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64, 0, l->hold_rmse};
-	if (isfinite(l->win_rmse))
-		ex[nx++] = (mfs_snap_extra_t){MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64, 0, l->win_rmse};
-	for (int r = 0; r < MFS_REJ__COUNT; r++) {
-		snprintf(names[r], sizeof names[r], "%s%s", MFS_META_REJECTED_PREFIX, mfs_reject_name(r));
-		ex[nx++] = (mfs_snap_extra_t){names[r], MFS_SNAP_T_U64, l->rejected[r], 0};
-	}
-	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
-	mfs_snap_info_t info = {
-		.learning_rate = l->lrc.lr, .last_loss = l->last_loss, .rating_min = l->c->rating_min,
-		.rating_max = l->c->rating_max, .offsets = offs, .n_offsets = no,
-		.user_rows = l->tu.n ? l->tu.rows : &none, .n_user_rows = l->tu.n,
-		.item_rows = l->ti.n ? l->ti.rows : &none, .n_item_rows = l->ti.n,
-		.extra = ex, .n_extra = nx,
-	};
-	uint64_t seq = 0;
-	double t0 = mfs_now_s();
-	char e[512] = "";
-	rc = mfs_snap_publish(l->w, l->m, &info, &seq, e, sizeof e);
-	free(offs);
-	if (rc)
-		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
-	double t1 = mfs_now_s();
-	/* visible from now on: account the freshness of every message it newly covers */
-	int64_t now_ms = mfs_wall_ms();
-	for (size_t j = 0; j < l->n_pend; j++) {
-		int64_t d = now_ms - l->pend_ts[j];
+	snap_job_t *j = &l->job;
+	pthread_mutex_lock(&l->wmu);
+	l->job_state = JOB_IDLE;
+	pthread_mutex_unlock(&l->wmu);
+	if (j->rc)
+		return mfs_errf(l->err, sizeof l->err, j->rc, "snapshot: %s", *j->err ? j->err : mfs_strerror(j->rc));
+	/* visible from its commit on: account the freshness of every message it newly covers */
+	for (size_t x = 0; x < j->n_pend; x++) {
+		int64_t d = j->commit_ms - j->pend_ts[x];
 		l->lat_hist[d < 0 ? 0 : d >= LAT_BUCKETS - 1 ? LAT_BUCKETS - 1 : d]++;
 		if (l->cat)
 			mfs_histogram_observe(l->cat->event_to_snapshot, (double)(d < 0 ? 0 : d) / 1000.0);
 	}
 	if (l->cat)
-		mfs_histogram_observe(l->cat->snapshot_duration, t1 - t0);
-	l->lat_n += l->n_pend;
-	l->n_pend = 0;
+		mfs_histogram_observe(l->cat->snapshot_duration, j->t1 - j->t0);
+	l->lat_n += j->n_pend;
+	j->n_pend = 0;
 	l->snapshots++;
-	size_t users = l->tu.n, items = l->ti.n;
 	mfs_debug("serve", "msg=snapshot why=%s seq=%" PRIu64 " users=%zu items=%zu events_applied=%" PRIu64
-	          " seconds=%.4f", why, seq, l->tu.n, l->ti.n, l->m->events_applied, t1 - t0);
-	mfs_touched_clear(&l->tu);
-	mfs_touched_clear(&l->ti);
-	l->dirty = 0;
-	l->pq_sse = 0;
-	l->pq_n = 0;
-	commit_offsets(l, sync_commit);
+	          " seconds=%.4f", j->why, j->seq, j->users, j->items, j->events_applied, j->t1 - j->t0);
+	commit_offsets(l, j, sync_commit);
 	pthread_mutex_lock(&l->st_mu);
-	l->st.snap_seq = seq;
-	l->st.snap_users = users;
-	l->st.snap_items = items;
-	l->st.snap_wall_s = (double)now_ms / 1000.0;
-	l->st.snap_seconds = t1 - t0;
-	l->st.snap_time_s = t1;
+	l->st.snap_seq = j->seq;
+	l->st.snap_users = j->users;
+	l->st.snap_items = j->items;
+	l->st.snap_wall_s = (double)j->commit_ms / 1000.0;
+	l->st.snap_seconds = j->t1 - j->t0;
+	l->st.snap_time_s = j->t1;
 	l->st.lat_p50_ms = lat_quantile(l, 0.50);
 	l->st.lat_p99_ms = lat_quantile(l, 0.99);
 	l->st.lat_n = l->lat_n;
 	pthread_mutex_unlock(&l->st_mu);
 	return 0;
+}
+
+/* Take a snapshot at this batch boundary: bring the touched rows back from the engine, stage
+ * them with the offsets and counters that describe exactly the batches applied so far, and
+ * hand the stage to the writer thread. At most one is in flight: a previous one still being
+ * written is waited for first. wait (barriers: revocation, shutdown): return only once this
+ * one is committed (and its offsets committed to Kafka synchronously). */
+static int snapshot(mfs_learner_t *l, const char *why, int wait)
+{
+	int rc;
+	if ((rc = job_finish(l, 1, 0)))
+		return rc;
+	if (!l->dirty)
+		return 0;
+	/* only the rows this snapshot writes come back from a device engine */
+	if ((rc = mfs_engine_sync_rows(l->e, l->tu.rows, l->tu.n, l->ti.rows, l->ti.n)))
+		return mfs_errf(l->err, sizeof l->err, rc, "engine sync: %s", mfs_strerror(rc));
+	snap_job_t *j = &l->job;
+	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
+	mfs_snap_info_t rows = {
+		.user_rows = l->tu.n ? l->tu.rows : &none, .n_user_rows = l->tu.n,
+		.item_rows = l->ti.n ? l->ti.rows : &none, .n_item_rows = l->ti.n,
+	};
+	char e[512] = "";
+	if (!j->stage && !(j->stage = mfs_snap_stage_new()))
+		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+	if ((rc = mfs_snap_stage_fill(j->stage, l->m, &rows, e, sizeof e)))
+		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
+	if ((rc = mfs_grow((void **)&j->offs, &j->cap_offs, l->n_offs + 1, sizeof *j->offs)))
+		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+	j->n_offs = 0;
+	for (size_t x = 0; x < l->n_offs; x++) /* topic strings live as long as the learner */
+		if (l->offs[x].next >= 0)
+			j->offs[j->n_offs++] = (mfs_snap_offset_t){l->offs[x].topic, l->offs[x].partition, l->offs[x].next};
+	size_t nx = 0;
+	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_COUNT, MFS_SNAP_T_U64, l->m->mu_count, 0};
+	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_SUM, MFS_SNAP_T_F64, 0, l->m->mu_sum};
+	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_HELD_OUT, MFS_SNAP_T_U64, l->held_out, 0};
+	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_DIGEST, MFS_SNAP_T_U64, l->digest, 0};
+	if (l->pq_n)
+		l->pq_rmse_last = sqrt(l->pq_sse / (double)l->pq_n);
+	if (l->c->serve_prequential && isfinite(l->pq_rmse_last)) {
+		j->ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, l->pq_rmse_last};
+		j->ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, l->pq_n, 0};
+	}
+	if (isfinite(l->hold_rmse))
+		j->ex[nx++] = (mfs_snap_extra_t){MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64, 0, l->hold_rmse};
+	if (isfinite(l->win_rmse))
+		j->ex[nx++] = (mfs_snap_extra_t){MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64, 0, l->win_rmse};
+	for (int r = 0; r < MFS_REJ__COUNT; r++) {
+		snprintf(j->names[r], sizeof j->names[r], "%s%s", MFS_META_REJECTED_PREFIX, mfs_reject_name(r));
+		j->ex[nx++] = (mfs_snap_extra_t){j->names[r], MFS_SNAP_T_U64, l->rejected[r], 0};
+	}
+	j->nx = nx;
+	j->lr = l->lrc.lr;
+	j->last_loss = l->last_loss;
+	j->users = l->tu.n;
+	j->items = l->ti.n;
+	j->events_applied = l->m->events_applied;
+	j->why = why;
+	/* the messages applied since the last snapshot go with this one (swap the buffers) */
+	int64_t *pt = j->pend_ts;
+	size_t pc = j->cap_pend;
+	j->pend_ts = l->pend_ts;
+	j->cap_pend = l->cap_pend;
+	j->n_pend = l->n_pend;
+	l->pend_ts = pt;
+	l->cap_pend = pc;
+	l->n_pend = 0;
+	mfs_touched_clear(&l->tu);
+	mfs_touched_clear(&l->ti);
+	l->dirty = 0;
+	l->pq_sse = 0;
+	l->pq_n = 0;
+	pthread_mutex_lock(&l->wmu);
+	l->job_state = JOB_POSTED;
+	pthread_cond_broadcast(&l->wcv);
+	pthread_mutex_unlock(&l->wmu);
+	return wait ? job_finish(l, 1, 1) : 0;
 }
 
 /* The periodic full pass: loss over the retained windows; the holdout's (else the training
@@ -516,6 +624,8 @@ static int run(mfs_learner_t *l)
 				return rc;
 			next_snap = now + snap_period;
 		}
+		if ((rc = job_finish(l, 0, 0)))
+			return rc;
 		if (b)
 			stats_update(l);
 		if (now >= next_log) {
@@ -550,7 +660,21 @@ static void *thread_main(void *arg)
 	if (rc)
 		return NULL;
 	stats_update(l);
-	rc = run(l);
+	if ((rc = pthread_create(&l->wthread, NULL, writer_main, l))) {
+		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
+	} else {
+		l->wstarted = 1;
+		rc = run(l);
+		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
+		if (!rc)
+			rc = frc;
+		pthread_mutex_lock(&l->wmu);
+		l->wquit = 1;
+		pthread_cond_broadcast(&l->wcv);
+		pthread_mutex_unlock(&l->wmu);
+		pthread_join(l->wthread, NULL);
+		l->wstarted = 0;
+	}
 	if (rc) {
 		mfs_error("serve", "msg=\"learner stopped\" err=\"%s\"", l->err);
 		mfs_bring_fail(l->ring); /* the consumer sees EPIPE and stops */
@@ -578,6 +702,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_mutex_init(&l->st_mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
+	pthread_mutex_init(&l->wmu, NULL);
+	pthread_cond_init(&l->wcv, NULL);
 	int rc;
 	if (!(l->lat_hist = calloc(LAT_BUCKETS, sizeof *l->lat_hist))) {
 		rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
@@ -715,8 +841,13 @@ void mfs_learner_close(mfs_learner_t *l)
 	window_free(&l->hwin);
 	free(l->pend_ts);
 	free(l->lat_hist);
+	mfs_snap_stage_free(l->job.stage);
+	free(l->job.offs);
+	free(l->job.pend_ts);
 	pthread_mutex_destroy(&l->mu);
 	pthread_mutex_destroy(&l->st_mu);
 	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->wmu);
+	pthread_cond_destroy(&l->wcv);
 	free(l);
 }

@@ -6,11 +6,13 @@
  * whole snapshot or the previous one, and the offsets stored always describe exactly the
  * rows stored with them. seq is read and incremented inside that same txn.
  *
- * Order of work in mfs_snap_publish:
- *   1. validate everything (row indices, finite values, offsets) - nothing is written if any
- *      check fails, so a NaN never reaches a reader;
- *   2. collect the rows to write and sort them by encoded key (u64 ids first, numerically,
- *      then strings bytewise: the order LMDB's default comparator gives the encoded keys);
+ * Order of work in mfs_snap_publish (= mfs_snap_stage_fill + mfs_snap_publish_stage):
+ *   1. stage: copy the rows to write (ids, bias, factors), checking indices, finite values
+ *      and ids, and sort them by encoded key (u64 ids first, numerically, then strings
+ *      bytewise: the order LMDB's default comparator gives the encoded keys); the stage no
+ *      longer refers to the model, so a writer thread can publish it while the model learns;
+ *   2. validate meta and offsets - nothing is written if any check fails, so a NaN never
+ *      reaches a reader;
  *   3. in the txn: check format_version and k against what is stored, read seq, write the
  *      rows (MDB_APPEND for the sorted run beyond the DB's current last key, plain puts
  *      before it), count the DB entries, write meta and offsets, commit.
@@ -54,12 +56,30 @@ struct mfs_snap_writer {
 	unsigned char *sw_val; /* one row value */
 	size_t sw_val_cap;
 	int sw_fatal;
+	mfs_snap_stage_t *sw_stage; /* mfs_snap_publish's */
 };
 
-/* A row to write, with its external id (the sort key). */
+/* A row to write, with its external id (the sort key); row indexes the stage's values. */
 struct snap_row {
 	mfs_id_t id;
 	uint32_t row;
+};
+
+/* One entity's staged rows: sorted ids (strings in `str`) and bias + k factors per row. */
+struct stage_side {
+	struct snap_row *r;
+	size_t n, cap;
+	float *v; /* n x (1 + k): bias, then factors */
+	size_t v_cap;
+	char *str; /* the string ids' bytes */
+	size_t str_n, str_cap;
+};
+
+struct mfs_snap_stage {
+	int k;
+	double mu;
+	uint64_t events_applied;
+	struct stage_side side[2]; /* users, items */
 };
 
 static int lmdb_fail(mfs_snap_writer_t *w, int rc, const char *what, char *errstr, size_t es)
@@ -129,6 +149,7 @@ void mfs_snap_writer_close(mfs_snap_writer_t *w)
 		mdb_env_close(w->sw_env);
 	free(w->sw_dir);
 	free(w->sw_val);
+	mfs_snap_stage_free(w->sw_stage);
 	free(w);
 }
 
@@ -259,56 +280,121 @@ static int row_finite(const float *b, const float *F, uint32_t row, int k)
 	return 1;
 }
 
-/* Collect, check and sort one entity's rows. rows == NULL: every row. */
-static int rows_collect(const char *ent, const mfs_idmap_t *map, const float *b, const float *F, int k,
-                        uint32_t n_model, const uint32_t *rows, size_t n_rows, struct snap_row **out,
-                        size_t *n_out, char *errstr, size_t es)
+/* Collect, check, copy and sort one entity's rows into side ss. rows == NULL: every row. */
+static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
+                     int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
-	struct snap_row *r = NULL;
-	*out = NULL;
-	*n_out = 0;
+	ss->n = 0;
+	ss->str_n = 0;
 	if (n == 0)
 		return 0;
-	if (!(r = malloc(n * sizeof *r)))
-		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+	if (n > ss->cap) {
+		struct snap_row *r = realloc(ss->r, n * sizeof *r);
+		if (!r)
+			return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+		ss->r = r;
+		ss->cap = n;
+	}
+	const size_t w = 1 + (size_t)k;
+	if (n * w > ss->v_cap) {
+		float *v = realloc(ss->v, n * w * sizeof *v);
+		if (!v)
+			return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+		ss->v = v;
+		ss->v_cap = n * w;
+	}
+	/* string ids: their bytes first (pointers are set once the arena stops moving) */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t row = rows ? rows[i] : (uint32_t)i;
-		if (row >= n_model) {
-			free(r);
-			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row,
-			                n_model);
+		if (row >= n_model)
+			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row, n_model);
+		if (!row_finite(b, F, row, k))
+			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published", ent,
+			                row);
+		mfs_id_t id = mfs_idmap_key(map, row);
+		if (id.kind == MFS_ID_STR) {
+			if (id.len == 0 || id.len > MFS_SNAP_STR_MAX)
+				return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, (unsigned)id.len);
+			if (ss->str_n + id.len > ss->str_cap) {
+				size_t nc = ss->str_cap ? ss->str_cap : 4096;
+				while (nc < ss->str_n + id.len)
+					nc *= 2;
+				char *p = realloc(ss->str, nc);
+				if (!p)
+					return mfs_errf(errstr, es, ENOMEM, "out of memory for %s ids", ent);
+				ss->str = p;
+				ss->str_cap = nc;
+			}
+			memcpy(ss->str + ss->str_n, id.str, id.len);
+			id.str = NULL;
+			id.num = ss->str_n; /* offset until the arena is final */
+			ss->str_n += id.len;
 		}
-		if (!row_finite(b, F, row, k)) {
-			free(r);
-			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published",
-			                ent, row);
-		}
-		r[i].row = row;
-		r[i].id = mfs_idmap_key(map, row);
-		if (r[i].id.kind == MFS_ID_STR && (r[i].id.len == 0 || r[i].id.len > MFS_SNAP_STR_MAX)) {
-			unsigned len = r[i].id.len;
-			free(r);
-			return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, len);
-		}
+		ss->r[i].id = id;
+		ss->r[i].row = (uint32_t)i;
+		float *v = ss->v + i * w;
+		v[0] = b[row];
+		memcpy(v + 1, F + (size_t)row * (size_t)k, (size_t)k * sizeof(float));
 	}
-	qsort(r, n, sizeof *r, row_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (ss->r[i].id.kind == MFS_ID_STR)
+			ss->r[i].id.str = ss->str + ss->r[i].id.num, ss->r[i].id.num = 0;
+	qsort(ss->r, n, sizeof *ss->r, row_cmp);
 	/* drop repeated rows: MDB_APPEND needs strictly increasing keys */
 	size_t m = 1;
 	for (size_t i = 1; i < n; i++)
-		if (row_cmp(&r[i], &r[m - 1]) != 0)
-			r[m++] = r[i];
-	*out = r;
-	*n_out = m;
+		if (row_cmp(&ss->r[i], &ss->r[m - 1]) != 0)
+			ss->r[m++] = ss->r[i];
+	ss->n = m;
 	return 0;
 }
 
-static int check_info(const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr, size_t es)
+mfs_snap_stage_t *mfs_snap_stage_new(void)
 {
+	return calloc(1, sizeof(mfs_snap_stage_t));
+}
+
+void mfs_snap_stage_free(mfs_snap_stage_t *s)
+{
+	if (!s)
+		return;
+	for (int j = 0; j < 2; j++) {
+		free(s->side[j].r);
+		free(s->side[j].v);
+		free(s->side[j].str);
+	}
+	free(s);
+}
+
+int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
+                        size_t errstr_size)
+{
+	int rc;
+	if (!s || !m || !info)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill: NULL argument");
+	s->side[0].n = s->side[1].n = 0;
 	if (m->k < 1)
-		return mfs_errf(errstr, es, MFS_EINVAL, "model has k = %d", m->k);
-	if (!isfinite(m->mu))
-		return mfs_errf(errstr, es, MFS_ENAN, "mu is %g; nothing published", m->mu);
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "model has k = %d", m->k);
+	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, m->k, m->n_users, info->user_rows,
+	                    info->n_user_rows, errstr, errstr_size)) ||
+	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, m->k, m->n_items, info->item_rows,
+	                    info->n_item_rows, errstr, errstr_size))) {
+		s->side[0].n = s->side[1].n = 0;
+		return rc;
+	}
+	s->k = m->k;
+	s->mu = m->mu;
+	s->events_applied = m->events_applied;
+	return 0;
+}
+
+static int check_info(const mfs_snap_stage_t *st, const mfs_snap_info_t *info, char *errstr, size_t es)
+{
+	if (st->k < 1)
+		return mfs_errf(errstr, es, MFS_EINVAL, "model has k = %d", st->k);
+	if (!isfinite(st->mu))
+		return mfs_errf(errstr, es, MFS_ENAN, "mu is %g; nothing published", st->mu);
 	if (!isfinite(info->learning_rate))
 		return mfs_errf(errstr, es, MFS_ENAN, "learning_rate is %g; nothing published", info->learning_rate);
 	if (isinf(info->last_loss))
@@ -347,9 +433,10 @@ static int check_info(const mfs_model_t *m, const mfs_snap_info_t *info, char *e
 
 /* ---- the txn --------------------------------------------------------------------------------- */
 /* Write sorted rows into dbi: plain puts up to the DB's last key, MDB_APPEND after it. */
-static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct snap_row *r, size_t n,
-                      const float *b, const float *F, int k)
+static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct stage_side *ss, int k)
 {
+	const struct snap_row *r = ss->r;
+	const size_t n = ss->n;
 	MDB_cursor *cur;
 	MDB_val key, val;
 	unsigned char kbuf[MFS_SNAP_KEY_MAX], last[MFS_SNAP_KEY_MAX];
@@ -381,10 +468,9 @@ static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const str
 			append = c > 0 || (c == 0 && key.mv_size > last_len);
 		}
 		unsigned char *v = w->sw_val;
-		const float *f = F + (size_t)r[i].row * (size_t)k;
-		mfs_snap_put_f32(v, b[r[i].row]);
-		for (int j = 0; j < k; j++)
-			mfs_snap_put_f32(v + 4 + 4 * (size_t)j, f[j]);
+		const float *f = ss->v + (size_t)r[i].row * (1 + (size_t)k); /* bias, factors */
+		for (int j = 0; j <= k; j++)
+			mfs_snap_put_f32(v + 4 * (size_t)j, f[j]);
 		val.mv_data = v;
 		val.mv_size = vbytes;
 		rc = mdb_cursor_put(cur, &key, &val, append ? MDB_APPEND : 0);
@@ -396,8 +482,7 @@ out:
 
 /* Everything inside one write txn. LMDB codes come back as is (MDB_MAP_FULL is retried by
  * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. */
-static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_model_t *m, const mfs_snap_info_t *info,
-                       const struct snap_row *ur, size_t nu, const struct snap_row *ir, size_t ni,
+static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
                        uint64_t *seq_out, uint64_t *n_users, uint64_t *n_items, char *errstr, size_t es)
 {
 	int rc, found;
@@ -425,8 +510,8 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_model_t *m,
 	else if (rc != MDB_NOTFOUND)
 		return rc;
 
-	if ((rc = write_rows(w, txn, w->sw_users, ur, nu, m->bu, m->P, m->k)) ||
-	    (rc = write_rows(w, txn, w->sw_items, ir, ni, m->bi, m->Q, m->k)))
+	if ((rc = write_rows(w, txn, w->sw_users, &m->side[0], m->k)) ||
+	    (rc = write_rows(w, txn, w->sw_items, &m->side[1], m->k)))
 		return rc;
 	MDB_stat su, si;
 	if ((rc = mdb_stat(txn, w->sw_users, &su)) || (rc = mdb_stat(txn, w->sw_items, &si)))
@@ -469,8 +554,19 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_model_t *m,
 int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_info_t *info, uint64_t *seq,
                      char *errstr, size_t errstr_size)
 {
-	struct snap_row *ur = NULL, *ir = NULL;
-	size_t nu = 0, ni = 0;
+	int rc;
+	if (!w || !m || !info)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
+	if (!w->sw_stage && !(w->sw_stage = mfs_snap_stage_new()))
+		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
+	if ((rc = mfs_snap_stage_fill(w->sw_stage, m, info, errstr, errstr_size)))
+		return rc;
+	return mfs_snap_publish_stage(w, w->sw_stage, info, seq, errstr, errstr_size);
+}
+
+int mfs_snap_publish_stage(mfs_snap_writer_t *w, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
+                           uint64_t *seq, char *errstr, size_t errstr_size)
+{
 	int rc;
 	if (!w || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
@@ -478,24 +574,18 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 		return mfs_errf(errstr, errstr_size, MFS_EFATAL, "snapshot writer on %s is unusable after a fatal "
 		                                                 "LMDB error", w->sw_dir);
 	double t0 = mfs_now_s();
-	/* 1. validate (nothing is written unless all of it is good) */
+	/* 1. validate (nothing is written unless all of it is good; rows were checked staging) */
 	if ((rc = check_info(m, info, errstr, errstr_size)))
 		return rc;
-	if ((rc = rows_collect("user", m->users, m->bu, m->P, m->k, m->n_users, info->user_rows, info->n_user_rows,
-	                       &ur, &nu, errstr, errstr_size)) ||
-	    (rc = rows_collect("item", m->items, m->bi, m->Q, m->k, m->n_items, info->item_rows, info->n_item_rows,
-	                       &ir, &ni, errstr, errstr_size)))
-		goto out;
 	size_t vbytes = mfs_snap_row_bytes((uint32_t)m->k);
 	if (vbytes > w->sw_val_cap) {
 		unsigned char *v = realloc(w->sw_val, vbytes);
-		if (!v) {
-			rc = mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
-			goto out;
-		}
+		if (!v)
+			return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
 		w->sw_val = v;
 		w->sw_val_cap = vbytes;
 	}
+	const size_t nu = m->side[0].n, ni = m->side[1].n;
 	int dead = 0;
 	mdb_reader_check(w->sw_env, &dead);
 	if (dead)
@@ -508,17 +598,13 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 		rc = mdb_txn_begin(w->sw_env, NULL, 0, &txn);
 		if (rc == MDB_MAP_RESIZED && attempt < 8) {
 			/* another writer process grew the map: adopt its size */
-			if ((rc = mdb_env_set_mapsize(w->sw_env, 0))) {
-				rc = lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
-				goto out;
-			}
+			if ((rc = mdb_env_set_mapsize(w->sw_env, 0)))
+				return lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
 			continue;
 		}
-		if (rc) {
-			rc = lmdb_fail(w, rc, "txn_begin", errstr, errstr_size);
-			goto out;
-		}
-		rc = publish_txn(w, txn, m, info, ur, nu, ir, ni, &s, &n_users, &n_items, errstr, errstr_size);
+		if (rc)
+			return lmdb_fail(w, rc, "txn_begin", errstr, errstr_size);
+		rc = publish_txn(w, txn, m, info, &s, &n_users, &n_items, errstr, errstr_size);
 		if (rc == 0)
 			rc = mdb_txn_commit(txn); /* the publish point */
 		else
@@ -527,22 +613,17 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 			break;
 		if (rc != MDB_MAP_FULL) {
 			if (rc >= MFS_E_FIRST && rc <= MFS_E_LAST)
-				goto out; /* errstr already says why */
-			rc = lmdb_fail(w, rc, "publish", errstr, errstr_size);
-			goto out;
+				return rc; /* errstr already says why */
+			return lmdb_fail(w, rc, "publish", errstr, errstr_size);
 		}
 		MDB_envinfo ei;
 		mdb_env_info(w->sw_env, &ei);
 		size_t grown = (size_t)ei.me_mapsize * 2;
-		if (grown > SNAP_MAP_MAX || attempt >= 40) {
-			rc = mfs_errf(errstr, errstr_size, MFS_ELMDB, "LMDB map full at %zu bytes on %s; not growing further",
-			              (size_t)ei.me_mapsize, w->sw_dir);
-			goto out;
-		}
-		if ((rc = mdb_env_set_mapsize(w->sw_env, grown))) {
-			rc = lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
-			goto out;
-		}
+		if (grown > SNAP_MAP_MAX || attempt >= 40)
+			return mfs_errf(errstr, errstr_size, MFS_ELMDB, "LMDB map full at %zu bytes on %s; not growing further",
+			                (size_t)ei.me_mapsize, w->sw_dir);
+		if ((rc = mdb_env_set_mapsize(w->sw_env, grown)))
+			return lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
 		mfs_info("snap", "msg=\"map full, doubled\" map_size=%zu", grown);
 	}
 	if (seq)
@@ -551,9 +632,5 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 	                  "n_items=%llu ms=%.3f",
 	          (unsigned long long)s, nu, ni, (unsigned long long)n_users, (unsigned long long)n_items,
 	          (mfs_now_s() - t0) * 1e3);
-	rc = 0;
-out:
-	free(ur);
-	free(ir);
-	return rc;
+	return 0;
 }

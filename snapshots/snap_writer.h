@@ -63,8 +63,25 @@ int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t 
 /** Close; in the meta and none modes the environment is flushed first (a clean stop is durable). */
 void mfs_snap_writer_close(mfs_snap_writer_t *w);
 /** Publish; on success *seq (if not NULL) is the new snapshot's sequence number.
+ *  Same as mfs_snap_stage_fill into a stage of the writer's, then mfs_snap_publish_stage.
  *  @return 0, MFS_ELMDB, MFS_EINVAL (k differs from the snapshot's), MFS_ENAN, ENOMEM. */
 int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_info_t *info,
                      uint64_t *seq, char *errstr, size_t errstr_size);
+
+/** A staged snapshot: copies of the rows to write (ids, bias, factors), k, mu and events
+ *  applied, checked and sorted, independent of the model afterwards. So the model can go on
+ *  learning while another thread writes the stage (`mfs_snap_publish_stage`). */
+typedef struct mfs_snap_stage mfs_snap_stage_t;
+mfs_snap_stage_t *mfs_snap_stage_new(void);
+void mfs_snap_stage_free(mfs_snap_stage_t *s);
+/** Copy the rows info names (user_rows/item_rows; NULL = every row) of m into s, replacing
+ *  what s held. Nothing is kept when a row is out of range, not finite or has a bad id.
+ *  @return 0, MFS_EINVAL, MFS_ENAN, MFS_EIDLEN, ENOMEM. */
+int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
+                        size_t errstr_size);
+/** Publish a filled stage with info's meta, offsets and extra records (its row lists are not
+ *  used: the stage has the rows). Errors as mfs_snap_publish. */
+int mfs_snap_publish_stage(mfs_snap_writer_t *w, const mfs_snap_stage_t *s, const mfs_snap_info_t *info,
+                           uint64_t *seq, char *errstr, size_t errstr_size);
 
 #endif
