@@ -638,6 +638,57 @@ static void test_open_empty(void)
 	mfs_model_free(m);
 }
 
+/* A stage is a copy: what the model does after mfs_snap_stage_fill (new values, new rows, a
+ * bigger idmap that moves its strings) does not change what mfs_snap_publish_stage writes.
+ * Filling from a model with a NaN fails. */
+static void test_stage_is_a_copy(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_model_t *m = model_new(8);
+	add_user(m, str_id("alice"));
+	add_user(m, mfs_id_u64(5));
+	add_item(m, str_id("book"));
+	fill_random(m);
+	float want_b = m->bu[0], want_f = m->P[3];
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st != NULL);
+	mfs_snap_info_t in = info_default();
+	TEST_OK(mfs_snap_stage_fill(st, m, &in, errbuf, sizeof errbuf));
+	/* the model moves on */
+	m->bu[0] += 1.0f;
+	m->P[3] += 1.0f;
+	char name[32];
+	for (int j = 0; j < 2000; j++) {
+		snprintf(name, sizeof name, "user-%d", j);
+		add_user(m, str_id(name));
+	}
+	mfs_snap_writer_t *w = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w, errbuf, sizeof errbuf));
+	if (!w)
+		return;
+	uint64_t seq = 0;
+	TEST_OK(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf));
+	mfs_snap_t *s = NULL;
+	TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+	if (s) {
+		mfs_snap_meta_t meta;
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_EQ_INT(meta.n_users, 2);
+		float v[8], bias;
+		mfs_snap_id_t id = snap_id_of(str_id("alice"));
+		TEST_OK(mfs_snap_user(s, &id, &bias, v));
+		TEST_ASSERT_MSG(bias == want_b && v[3] == want_f, "staged values: bias %g (want %g), f3 %g (want %g)", bias,
+		                want_b, v[3], want_f);
+		mfs_snap_close(s);
+	}
+	/* a NaN: the fill fails */
+	m->Q[2] = NAN;
+	TEST_EQ_INT(mfs_snap_stage_fill(st, m, &in, errbuf, sizeof errbuf), MFS_ENAN);
+	mfs_snap_writer_close(w);
+	mfs_snap_stage_free(st);
+	mfs_model_free(m);
+}
+
 /* Every snapshot.sync mode writes the same snapshots: two publishes into one environment per
  * mode (the second a partial one, so the copy-on-write path runs), a reader sees each, and a
  * reopen after close (which flushes) finds the second. A mode out of range is refused. */
@@ -753,6 +804,7 @@ int main(void)
 	TEST_RUN(test_topk);
 	TEST_RUN(test_open_empty);
 	TEST_RUN(test_sync_modes);
+	TEST_RUN(test_stage_is_a_copy);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", root);
