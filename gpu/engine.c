@@ -222,6 +222,15 @@ int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_us
 	return e->iface->sync_rows(e, user_rows, n_users, item_rows, n_items);
 }
 
+void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
+{
+	if (e->iface->progress) {
+		e->iface->progress(e, ticket, applied);
+		return;
+	}
+	*ticket = *applied = e->sgd_calls;
+}
+
 int mfs_engine_drain(mfs_engine_t *e)
 {
 	if (!e)
@@ -271,7 +280,9 @@ int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 	int rc = batch_check(e->model, b, 0);
 	if (rc || b->n == 0)
 		return rc;
-	return e->iface->sgd(e, b);
+	if ((rc = e->iface->sgd(e, b)) == 0)
+		e->sgd_calls++;
+	return rc;
 }
 
 int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)

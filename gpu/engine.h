@@ -103,6 +103,11 @@ int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
  *  the other engines apply it before returning (drain is then a no-op). sync and the loss
  *  and set calls drain as they need; reading the device tables any other way needs this. */
 int mfs_engine_drain(mfs_engine_t *e);
+/** Progress of mfs_engine_sgd calls: *ticket is the value the last call's batch is applied at,
+ *  *applied how far the engine has got; a batch is applied once applied >= its ticket. The CUDA
+ *  ring counts slots (a poll of mapped memory); other engines count calls and apply them
+ *  before returning, so applied == ticket. */
+void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
 /** Benchmarks: one epoch of a loaded set through the streaming path, in pieces of `batch`
  *  ratings, applied when it returns. CUDA with engine.persistent: the pieces go through the
  *  persistent kernel's ring as descriptors of the device-resident set (no host copies), which

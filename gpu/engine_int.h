@@ -22,6 +22,8 @@ struct mfs_engine_i {
 	int (*sync)(mfs_engine_t *e); /* (optional) */
 	int (*memory)(mfs_engine_t *e, uint64_t *used, uint64_t *total); /* (optional) device memory */
 	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
+	/* (optional; absent: both are the count of sgd calls) */
+	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
 	/* (optional; rows already checked against the model; absent: sync) */
 	int (*sync_rows)(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni);
 	int (*sgd_set_stream)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch); /* (optional) */
@@ -32,7 +34,8 @@ struct mfs_engine {
 	mfs_engine_conf_t conf;
 	mfs_model_t *model;
 	mfs_hparams_t hp;
-	void *impl; /* implementation state */
+	uint64_t sgd_calls; /* mfs_engine_sgd calls that succeeded */
+	void *impl;         /* implementation state */
 };
 
 extern const struct mfs_engine_i mfs_engine_cpu_i;

@@ -36,6 +36,47 @@
 #include "snapshots/snap_writer.h"
 
 #define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then one overflow bucket */
+#define APL_BUCKETS 100001 /* 0.1 ms buckets up to 10 s, then one overflow bucket */
+
+/* A latency histogram of fixed-width buckets (quantiles without keeping samples). */
+typedef struct lat {
+	uint64_t *b;
+	int nb;
+	double width_ms;
+	uint64_t n;
+} lat_t;
+
+static int lat_init(lat_t *h, int nb, double width_ms)
+{
+	h->nb = nb;
+	h->width_ms = width_ms;
+	h->n = 0;
+	return (h->b = calloc((size_t)nb, sizeof *h->b)) ? 0 : ENOMEM;
+}
+
+static void lat_add(lat_t *h, double ms)
+{
+	double x = ms / h->width_ms;
+	int k = x <= 0 ? 0 : x >= h->nb - 1 ? h->nb - 1 : (int)x;
+	h->b[k]++;
+	h->n++;
+}
+
+/* The q-quantile in ms (the middle of its bucket); NaN when empty. */
+static double lat_quantile(const lat_t *h, double q)
+{
+	if (!h->n)
+		return NAN;
+	uint64_t want = (uint64_t)ceil(q * (double)h->n), acc = 0;
+	if (want < 1)
+		want = 1;
+	for (int k = 0; k < h->nb; k++) {
+		acc += h->b[k];
+		if (acc >= want)
+			return ((double)k + 0.5) * h->width_ms;
+	}
+	return INFINITY;
+}
 
 typedef struct applied_off {
 	char *topic;
@@ -121,8 +162,13 @@ struct mfs_learner {
 	/* freshness: create time of the messages applied since the last snapshot */
 	int64_t *pend_ts;
 	size_t n_pend, cap_pend;
-	uint64_t *lat_hist;
-	uint64_t lat_n;
+	lat_t snap_lat; /* message create time -> snapshot commit */
+	/* message create time -> applied by the engine: create times waiting for their batch's
+	 * ticket (mfs_engine_progress), a FIFO */
+	lat_t apl_lat;
+	int64_t *apl_ts;
+	uint64_t *apl_tk;
+	size_t apl_head, apl_n, apl_cap;
 	/* stats for other threads */
 	pthread_mutex_t st_mu;
 	mfs_learner_stats_t st;
@@ -187,20 +233,6 @@ static void window_free(window_t *w)
 	free(w->r);
 }
 
-static double lat_quantile(const mfs_learner_t *l, double q)
-{
-	if (!l->lat_n)
-		return NAN;
-	uint64_t want = (uint64_t)ceil(q * (double)l->lat_n), acc = 0;
-	if (want < 1)
-		want = 1;
-	for (int b = 0; b < LAT_BUCKETS; b++) {
-		acc += l->lat_hist[b];
-		if (acc >= want)
-			return (double)b + 0.5; /* bucket b holds [b, b+1) ms */
-	}
-	return INFINITY;
-}
 
 static void stats_update(mfs_learner_t *l)
 {
@@ -338,11 +370,25 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	l->messages += b->messages;
 	if ((rc = mfs_grow((void **)&l->pend_ts, &l->cap_pend, l->n_pend + b->n_msg, sizeof *l->pend_ts)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	uint64_t ticket, done;
+	mfs_engine_progress(l->e, &ticket, &done); /* this batch is applied once done >= ticket */
+	if (l->apl_head == l->apl_n)
+		l->apl_head = l->apl_n = 0;
+	if ((rc = mfs_grow((void **)&l->apl_ts, &l->apl_cap, l->apl_n + b->n_msg, sizeof *l->apl_ts)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	size_t tk_cap = l->apl_cap; /* the two FIFO arrays grow together */
+	uint64_t *tk = realloc(l->apl_tk, tk_cap * sizeof *tk);
+	if (!tk)
+		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+	l->apl_tk = tk;
 	for (size_t j = 0; j < b->n_msg; j++) {
 		rd_kafka_timestamp_type_t tt;
 		int64_t ts = rd_kafka_message_timestamp(b->msg[j], &tt);
-		if (ts > 0)
+		if (ts > 0) {
 			l->pend_ts[l->n_pend++] = ts;
+			l->apl_ts[l->apl_n] = ts;
+			l->apl_tk[l->apl_n++] = ticket;
+		}
 	}
 	l->batches++;
 	if (b->n_off || b->n)
@@ -357,6 +403,25 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 
 /* Commit to Kafka the offsets a published snapshot stores (lag monitoring only: recovery
  * seeks to the snapshot's own offsets). */
+/* Messages whose batch the engine has applied since the last poll: their create time ->
+ * now goes to the event -> applied histogram. */
+static void applied_poll(mfs_learner_t *l)
+{
+	if (l->apl_head == l->apl_n)
+		return;
+	uint64_t ticket, done;
+	mfs_engine_progress(l->e, &ticket, &done);
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	const double now_ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+	while (l->apl_head < l->apl_n && l->apl_tk[l->apl_head] <= done) {
+		double d = now_ms - (double)l->apl_ts[l->apl_head++];
+		lat_add(&l->apl_lat, d);
+		if (l->cat)
+			mfs_histogram_observe(l->cat->event_to_applied, (d < 0 ? 0 : d) / 1000.0);
+	}
+}
+
 static void commit_offsets(mfs_learner_t *l, const snap_job_t *j, int sync)
 {
 	if (!l->rk)
@@ -428,13 +493,12 @@ static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
 	/* visible from its commit on: account the freshness of every message it newly covers */
 	for (size_t x = 0; x < j->n_pend; x++) {
 		int64_t d = j->commit_ms - j->pend_ts[x];
-		l->lat_hist[d < 0 ? 0 : d >= LAT_BUCKETS - 1 ? LAT_BUCKETS - 1 : d]++;
+		lat_add(&l->snap_lat, (double)d);
 		if (l->cat)
 			mfs_histogram_observe(l->cat->event_to_snapshot, (double)(d < 0 ? 0 : d) / 1000.0);
 	}
 	if (l->cat)
 		mfs_histogram_observe(l->cat->snapshot_duration, j->t1 - j->t0);
-	l->lat_n += j->n_pend;
 	j->n_pend = 0;
 	l->snapshots++;
 	mfs_debug("serve", "msg=snapshot why=%s seq=%" PRIu64 " users=%zu items=%zu events_applied=%" PRIu64
@@ -447,9 +511,11 @@ static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
 	l->st.snap_wall_s = (double)j->commit_ms / 1000.0;
 	l->st.snap_seconds = j->t1 - j->t0;
 	l->st.snap_time_s = j->t1;
-	l->st.lat_p50_ms = lat_quantile(l, 0.50);
-	l->st.lat_p99_ms = lat_quantile(l, 0.99);
-	l->st.lat_n = l->lat_n;
+	l->st.lat_p50_ms = lat_quantile(&l->snap_lat, 0.50);
+	l->st.lat_p99_ms = lat_quantile(&l->snap_lat, 0.99);
+	l->st.lat_n = l->snap_lat.n;
+	l->st.applied_p50_ms = lat_quantile(&l->apl_lat, 0.50);
+	l->st.applied_p99_ms = lat_quantile(&l->apl_lat, 0.99);
 	pthread_mutex_unlock(&l->st_mu);
 	return 0;
 }
@@ -575,7 +641,7 @@ static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
 	         " latency_p50_ms=%.1f latency_p99_ms=%.1f",
 	         l->m->events_applied, l->held_out, (double)(ev - *last_ev) / (now - *last_t), l->m->n_users,
 	         l->m->n_items, l->snapshots, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
-	         mfs_bring_fill(l->ring), lat_quantile(l, 0.5), lat_quantile(l, 0.99));
+	         mfs_bring_fill(l->ring), lat_quantile(&l->snap_lat, 0.5), lat_quantile(&l->snap_lat, 0.99));
 	*last_t = now;
 	*last_ev = ev;
 }
@@ -591,6 +657,8 @@ static int run(mfs_learner_t *l)
 	for (;;) {
 		double wake = next_snap < next_pass ? next_snap : next_pass;
 		int tmo = (int)((wake - mfs_now_s()) * 1000.0) + 1;
+		if (l->apl_head < l->apl_n && tmo > 1) /* batches in flight on the engine: look again soon */
+			tmo = 1;
 		mfs_ebatch_t *b = NULL;
 		int prc = mfs_bring_pop(l->ring, tmo < 1 ? 1 : tmo, &b);
 		if (prc == EPIPE)
@@ -626,6 +694,7 @@ static int run(mfs_learner_t *l)
 		}
 		if ((rc = job_finish(l, 0, 0)))
 			return rc;
+		applied_poll(l);
 		if (b)
 			stats_update(l);
 		if (now >= next_log) {
@@ -681,9 +750,11 @@ static void *thread_main(void *arg)
 	}
 	stats_update(l);
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
-	         " snapshots=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64,
-	         l->m->events_applied, l->held_out, l->messages, l->snapshots, lat_quantile(l, 0.5), lat_quantile(l, 0.99),
-	         l->lat_n);
+	         " snapshots=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64
+	         " applied_p50_ms=%.1f applied_p99_ms=%.1f",
+	         l->m->events_applied, l->held_out, l->messages, l->snapshots, lat_quantile(&l->snap_lat, 0.5),
+	         lat_quantile(&l->snap_lat, 0.99), l->snap_lat.n, lat_quantile(&l->apl_lat, 0.5),
+	         lat_quantile(&l->apl_lat, 0.99));
 	l->thread_rc = rc;
 	return NULL;
 }
@@ -705,7 +776,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 	pthread_mutex_init(&l->wmu, NULL);
 	pthread_cond_init(&l->wcv, NULL);
 	int rc;
-	if (!(l->lat_hist = calloc(LAT_BUCKETS, sizeof *l->lat_hist))) {
+	if (lat_init(&l->snap_lat, LAT_BUCKETS, 1.0) || lat_init(&l->apl_lat, APL_BUCKETS, 0.1)) {
 		rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -840,7 +911,10 @@ void mfs_learner_close(mfs_learner_t *l)
 	window_free(&l->win);
 	window_free(&l->hwin);
 	free(l->pend_ts);
-	free(l->lat_hist);
+	free(l->snap_lat.b);
+	free(l->apl_lat.b);
+	free(l->apl_ts);
+	free(l->apl_tk);
 	mfs_snap_stage_free(l->job.stage);
 	free(l->job.offs);
 	free(l->job.pend_ts);

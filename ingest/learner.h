@@ -38,6 +38,7 @@ typedef struct mfs_learner_stats {
 	double snap_time_s;    /* mfs_now_s() of the last publish (0: none) */
 	double lat_p50_ms, lat_p99_ms; /* message create time -> snapshot commit, since start */
 	uint64_t lat_n;
+	double applied_p50_ms, applied_p99_ms; /* message create time -> applied by the engine */
 	double gpu_mem_used, gpu_mem_total; /* bytes; 0 with a host engine */
 } mfs_learner_stats_t;
 

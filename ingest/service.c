@@ -491,8 +491,10 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	mfs_learner_stats_t st;
 	mfs_learner_get_stats(s.l, &st);
 	mfs_info("serve", "msg=stopped events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
-	         " snapshots=%" PRIu64 " pauses=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f",
-	         st.events_applied, st.events_held_out, s.messages, st.snapshots, s.pauses, st.lat_p50_ms, st.lat_p99_ms);
+	         " snapshots=%" PRIu64 " pauses=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f applied_p50_ms=%.1f"
+	         " applied_p99_ms=%.1f",
+	         st.events_applied, st.events_held_out, s.messages, st.snapshots, s.pauses, st.lat_p50_ms, st.lat_p99_ms,
+	         st.applied_p50_ms, st.applied_p99_ms);
 	rc = 0;
 out:
 	mfs_http_close(s.http); /* first: its scrape hook reads the learner and the ring */

@@ -21,6 +21,8 @@ static const double snapshot_duration_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0
 /* Event -> visible: about serve.snapshot_ms (1 s) when healthy; minutes when lagging. */
 static const double event_to_snapshot_buckets[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5,
                                                    2,    3,     5,    10,  30,   60,  120, 300};
+static const double event_to_applied_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                  0.25,  0.5,    1,     2.5,  5,     10,   30};
 
 #define MFS_CAT_TYPE_counter MFS_METRIC_COUNTER
 #define MFS_CAT_TYPE_gauge MFS_METRIC_GAUGE

@@ -1808,6 +1808,19 @@ static int cuda_drain(mfs_engine_t *e)
 	return pk_quiesce(impl_of(e));
 }
 
+/* Ring: slots published / consumed (every batch published before the ticket is applied once
+ * consumed reaches it). Launch per batch: calls, applied on return. */
+static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (c->pk.on) {
+		*ticket = c->pk.published;
+		*applied = pk_consumed(c);
+	} else {
+		*ticket = *applied = e->sgd_calls;
+	}
+}
+
 /* A loaded set through the ring: each piece's descriptor points into the device-resident set
  * and carries the set's per-row modes, so the kernel does what launch_sgd's would. */
 static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, size_t batch)
@@ -1843,5 +1856,5 @@ static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, 
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_sync_rows, cuda_sgd_set_stream,
+	cuda_drain,    cuda_progress, cuda_sync_rows, cuda_sgd_set_stream,
 };
