@@ -11,7 +11,11 @@
 # seen in the snapshot). Latency: the service's own histogram of (snapshot commit wall time -
 # Kafka message create time), logged at shutdown.
 # ENGINE=cuda runs the service on the GPU; SECTIONS (default throughput,latency,timeseries,
-# snapshot) picks the parts; PARTITIONS (default 4) the topic's partitions.
+# snapshot) picks the parts; PARTITIONS (default 4) the topic's partitions; TS_EVENTS and
+# TS_RATE (default 3000000 at 100000/s) the time series run. The embedded broker keeps ~5 MiB
+# per partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
+# PARTITIONS under that (e.g. 3 M events on 16 partitions); a rate-limited run only needs the
+# consumer to keep up.
 set -euo pipefail
 sections=${SECTIONS:-throughput,latency,timeseries,snapshot}
 want() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -120,7 +124,7 @@ done
 done
 echo "wrote $csv"
 fi
-# a time series from /metrics: 3 M events at 100 K/s with a 2 % holdout and a full pass a second
+# a time series from /metrics: TS_EVENTS at TS_RATE with a 2 % holdout and a full pass a second
 if want timeseries; then
 csv=$out-timeseries.csv
 d=$tmp/snap-ts
@@ -129,9 +133,10 @@ start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdou
 port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep -o 'port=[0-9]*' | cut -d= -f2)
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
-"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings 3000000 --batch 100 --compact \
-	--rate 100000 2>"$tmp/produce-ts.log"
-wait_applied "$d" 3000000
+ts_n=${TS_EVENTS:-3000000}
+"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$ts_n" --batch 100 --compact \
+	--rate "${TS_RATE:-100000}" 2>"$tmp/produce-ts.log"
+wait_applied "$d" "$ts_n"
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
