@@ -401,8 +401,6 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	return 0;
 }
 
-/* Commit to Kafka the offsets a published snapshot stores (lag monitoring only: recovery
- * seeks to the snapshot's own offsets). */
 /* Messages whose batch the engine has applied since the last poll: their create time ->
  * now goes to the event -> applied histogram. */
 static void applied_poll(mfs_learner_t *l)
@@ -422,6 +420,8 @@ static void applied_poll(mfs_learner_t *l)
 	}
 }
 
+/* Commit to Kafka the offsets a published snapshot stores (lag monitoring only: recovery
+ * seeks to the snapshot's own offsets). */
 static void commit_offsets(mfs_learner_t *l, const snap_job_t *j, int sync)
 {
 	if (!l->rk)
