@@ -1,0 +1,105 @@
+/* test_serve_rebalance_paused.c - a rebalance while the consumer has its partitions paused.
+ *
+ * A slow learner (test.apply_delay_ms) behind a 2-batch ring keeps the partitions paused most
+ * of the time. Once the log shows a pause, Heartbeat errors (REBALANCE_IN_PROGRESS) make the
+ * group rebalance: the partitions are revoked while paused (the revocation barrier must still
+ * get its snapshot while the ring is full) and assigned back, paused state and all. Twice.
+ * At the end every valid event is applied exactly once: count, digest and rating sum against
+ * the topic, offsets == high watermarks, low watermarks 0.
+ * (It passes also without on_revoke's resume of paused partitions: the resume at half ring
+ * clears librdkafka's pause flag of the partitions assigned back. That resume stays, for the
+ * case where the ring is already below half when they come back.)
+ */
+#include "serve_help.h"
+
+#define N_PARTS 2
+#define N_EVENTS 40000
+#define APIKEY_HEARTBEAT 12
+
+/* lines of path containing s */
+static long count_lines(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	long n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strstr(line, s) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Wait until the log has more than `after` lines with s, or the deadline; returns the count. */
+static long wait_lines(const char *path, const char *s, long after, double seconds)
+{
+	double end = mfs_now_s() + seconds;
+	long n;
+	while ((n = count_lines(path, s)) <= after && mfs_now_s() < end)
+		nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
+	return n;
+}
+
+static void test_rebalance_while_paused(void)
+{
+	char e[512];
+	mfs_mock_broker_t *mb = NULL;
+	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
+	if (!mb)
+		return;
+	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(mb);
+	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-rbp";
+	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
+	char dir[300], snap[320], log[320];
+	snprintf(dir, sizeof dir, "%s", test_tmpdir());
+	snprintf(snap, sizeof snap, "%s/snap", dir);
+	snprintf(log, sizeof log, "%s/serve.log", dir);
+	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 23);
+	const char *extra[] = {"--test.apply_delay_ms", "15", "--serve.ring_batches", "2", "--log.level", "debug", NULL};
+	for (int j = 0; extra[j]; j++)
+		sh_extra_args[j] = extra[j];
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-rbp", log, NULL);
+	long rebalances = 0, revoked_paused = 0;
+	for (int round = 0; round < 2; round++) {
+		long paused = wait_lines(log, "msg=paused", count_lines(log, "msg=paused"), 30);
+		TEST_ASSERT_MSG(paused > 0, "round %d: the consumer never paused (log %s)", round, log);
+		long revoked = count_lines(log, "msg=revoked");
+		/* paused right now? (the last pause/resume line is a pause) */
+		long p = count_lines(log, "msg=paused"), r = count_lines(log, "msg=resumed");
+		revoked_paused += p > r;
+		rd_kafka_mock_push_request_errors(mc, APIKEY_HEARTBEAT, 2, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+		                                  RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
+		long now = wait_lines(log, "msg=revoked", revoked, 30);
+		TEST_ASSERT_MSG(now > revoked, "round %d: no rebalance within 30 s (log %s)", round, log);
+		rebalances += now - revoked;
+	}
+	int died;
+	sh_snap_t s = sh_wait_events(snap, pid, total, 90, &died);
+	TEST_ASSERT_MSG(!died, "serve died (log %s)", log);
+	TEST_ASSERT_MSG(s.events + s.held_out == total, "applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, total,
+	                log);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
+	fprintf(stderr, "  %ld revocations, %ld of them requested while paused; %" PRIu64 " events\n", rebalances,
+	        revoked_paused, total);
+	TEST_ASSERT_MSG(revoked_paused >= 1, "no rebalance was requested while paused (log %s)", log);
+	int64_t lo[N_PARTS], hi[N_PARTS];
+	sh_watermarks(bs, topic, N_PARTS, lo, hi);
+	s = sh_read(snap);
+	sh_topic_t t;
+	sh_topic_read(bs, topic, N_PARTS, hi, &t);
+	TEST_ASSERT(sh_snap_consistent(&t, &s, 1));
+	TEST_EQ_INT(s.events + s.held_out, total);
+	for (int p = 0; p < N_PARTS; p++) {
+		TEST_EQ_INT(lo[p], 0);
+		TEST_EQ_INT(s.off[p], hi[p]);
+	}
+	sh_topic_free(&t);
+	mfs_mock_broker_close(mb);
+}
+
+int main(void)
+{
+	if (access(test_bin(), X_OK) != 0)
+		TEST_SKIP("no mfstream binary at %s", test_bin());
+	TEST_RUN(test_rebalance_while_paused);
+	return TEST_REPORT();
+}
