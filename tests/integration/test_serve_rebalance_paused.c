@@ -6,9 +6,8 @@
  * get its snapshot while the ring is full) and assigned back, paused state and all. Twice.
  * At the end every valid event is applied exactly once: count, digest and rating sum against
  * the topic, offsets == high watermarks, low watermarks 0.
- * (It passes also without on_revoke's resume of paused partitions: the resume at half ring
- * clears librdkafka's pause flag of the partitions assigned back. That resume stays, for the
- * case where the ring is already below half when they come back.)
+ * (It passes also without on_revoke's resume of paused partitions: the resume when the ring
+ * drains to half clears librdkafka's pause flag of the partitions assigned back.)
  */
 #include "serve_help.h"
 
