@@ -6,11 +6,12 @@
  * whole snapshot or the previous one, and the offsets stored always describe exactly the
  * rows stored with them. seq is read and incremented inside that same txn.
  *
- * Order of work in mfs_snap_publish (= mfs_snap_stage_fill + mfs_snap_publish_stage):
- *   1. stage: copy the rows to write (ids, bias, factors), checking indices, finite values
- *      and ids, and sort them by encoded key (u64 ids first, numerically, then strings
- *      bytewise: the order LMDB's default comparator gives the encoded keys); the stage no
- *      longer refers to the model, so a writer thread can publish it while the model learns;
+ * Order of work in mfs_snap_publish (= stage + mfs_snap_publish_stage):
+ *   1. stage: collect the rows to write, checking indices, finite values and ids, and sort
+ *      them by encoded key (u64 ids first, numerically, then strings bytewise: the order
+ *      LMDB's default comparator gives the encoded keys). mfs_snap_stage_fill copies ids,
+ *      biases and factors, so a writer thread can publish the stage while the model learns;
+ *      mfs_snap_publish borrows them from the model for the length of the call;
  *   2. validate meta and offsets - nothing is written if any check fails, so a NaN never
  *      reaches a reader;
  *   3. in the txn: check format_version and k against what is stored, read seq, write the
@@ -69,8 +70,9 @@ struct snap_row {
 struct stage_side {
 	struct snap_row *r;
 	size_t n, cap;
-	float *v; /* n x (1 + k): bias, then factors */
+	float *v; /* n x (1 + k): bias, then factors (copied stages) */
 	size_t v_cap;
+	const float *mb, *mF; /* borrowed stages (mfs_snap_publish): the model's own arrays, row = model row */
 	char *str; /* the string ids' bytes */
 	size_t str_n, str_cap;
 };
@@ -280,13 +282,17 @@ static int row_finite(const float *b, const float *F, uint32_t row, int k)
 	return 1;
 }
 
-/* Collect, check, copy and sort one entity's rows into side ss. rows == NULL: every row. */
+/* Collect, check and sort one entity's rows into side ss. rows == NULL: every row. copy: the
+ * values and string ids are copied into ss (the model may change afterwards); else ss borrows
+ * the model's arrays and ids, valid until the model changes (mfs_snap_publish's own use). */
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
-                     int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, char *errstr, size_t es)
+                     int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
 	ss->str_n = 0;
+	ss->mb = copy ? NULL : b;
+	ss->mF = copy ? NULL : F;
 	if (n == 0)
 		return 0;
 	if (n > ss->cap) {
@@ -297,7 +303,7 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		ss->cap = n;
 	}
 	const size_t w = 1 + (size_t)k;
-	if (n * w > ss->v_cap) {
+	if (copy && n * w > ss->v_cap) {
 		float *v = realloc(ss->v, n * w * sizeof *v);
 		if (!v)
 			return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
@@ -313,9 +319,9 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published", ent,
 			                row);
 		mfs_id_t id = mfs_idmap_key(map, row);
-		if (id.kind == MFS_ID_STR) {
-			if (id.len == 0 || id.len > MFS_SNAP_STR_MAX)
-				return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, (unsigned)id.len);
+		if (id.kind == MFS_ID_STR && (id.len == 0 || id.len > MFS_SNAP_STR_MAX))
+			return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, (unsigned)id.len);
+		if (id.kind == MFS_ID_STR && copy) {
 			if (ss->str_n + id.len > ss->str_cap) {
 				size_t nc = ss->str_cap ? ss->str_cap : 4096;
 				while (nc < ss->str_n + id.len)
@@ -332,12 +338,16 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 			ss->str_n += id.len;
 		}
 		ss->r[i].id = id;
+		if (!copy) {
+			ss->r[i].row = row;
+			continue;
+		}
 		ss->r[i].row = (uint32_t)i;
 		float *v = ss->v + i * w;
 		v[0] = b[row];
 		memcpy(v + 1, F + (size_t)row * (size_t)k, (size_t)k * sizeof(float));
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; copy && i < n; i++)
 		if (ss->r[i].id.kind == MFS_ID_STR)
 			ss->r[i].id.str = ss->str + ss->r[i].id.num, ss->r[i].id.num = 0;
 	qsort(ss->r, n, sizeof *ss->r, row_cmp);
@@ -367,19 +377,17 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s)
 	free(s);
 }
 
-int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
-                        size_t errstr_size)
+static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, int copy,
+                      char *errstr, size_t errstr_size)
 {
 	int rc;
-	if (!s || !m || !info)
-		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill: NULL argument");
 	s->side[0].n = s->side[1].n = 0;
 	if (m->k < 1)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "model has k = %d", m->k);
 	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, m->k, m->n_users, info->user_rows,
-	                    info->n_user_rows, errstr, errstr_size)) ||
+	                    info->n_user_rows, copy, errstr, errstr_size)) ||
 	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, m->k, m->n_items, info->item_rows,
-	                    info->n_item_rows, errstr, errstr_size))) {
+	                    info->n_item_rows, copy, errstr, errstr_size))) {
 		s->side[0].n = s->side[1].n = 0;
 		return rc;
 	}
@@ -387,6 +395,14 @@ int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_sna
 	s->mu = m->mu;
 	s->events_applied = m->events_applied;
 	return 0;
+}
+
+int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
+                        size_t errstr_size)
+{
+	if (!s || !m || !info)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill: NULL argument");
+	return stage_fill(s, m, info, 1, errstr, errstr_size);
 }
 
 static int check_info(const mfs_snap_stage_t *st, const mfs_snap_info_t *info, char *errstr, size_t es)
@@ -468,9 +484,16 @@ static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const str
 			append = c > 0 || (c == 0 && key.mv_size > last_len);
 		}
 		unsigned char *v = w->sw_val;
-		const float *f = ss->v + (size_t)r[i].row * (1 + (size_t)k); /* bias, factors */
-		for (int j = 0; j <= k; j++)
-			mfs_snap_put_f32(v + 4 * (size_t)j, f[j]);
+		if (ss->mb) { /* borrowed: the model's arrays */
+			const float *f = ss->mF + (size_t)r[i].row * (size_t)k;
+			mfs_snap_put_f32(v, ss->mb[r[i].row]);
+			for (int j = 0; j < k; j++)
+				mfs_snap_put_f32(v + 4 + 4 * (size_t)j, f[j]);
+		} else { /* copied: bias, then factors */
+			const float *f = ss->v + (size_t)r[i].row * (1 + (size_t)k);
+			for (int j = 0; j <= k; j++)
+				mfs_snap_put_f32(v + 4 * (size_t)j, f[j]);
+		}
 		val.mv_data = v;
 		val.mv_size = vbytes;
 		rc = mdb_cursor_put(cur, &key, &val, append ? MDB_APPEND : 0);
@@ -559,7 +582,9 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
 	if (!w->sw_stage && !(w->sw_stage = mfs_snap_stage_new()))
 		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
-	if ((rc = mfs_snap_stage_fill(w->sw_stage, m, info, errstr, errstr_size)))
+	/* borrowed, not copied: the model does not change during this call, and a whole-model
+	 * publish (`mfstream train`) must not need the model's size again in memory */
+	if ((rc = stage_fill(w->sw_stage, m, info, 0, errstr, errstr_size)))
 		return rc;
 	return mfs_snap_publish_stage(w, w->sw_stage, info, seq, errstr, errstr_size);
 }
