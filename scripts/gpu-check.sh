@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# gpu-check.sh - what the GPU machine has to confirm, in parts that each fit one device call
+# (10 minutes). Run from the repository root on the GPU machine after
+# `source .devdeps/env.sh`; logs and CSV go to OUT (default $OUT, else /tmp/gpu-check).
+#
+#   scripts/gpu-check.sh build      configure and build build-dev (sm_90, Release)
+#   scripts/gpu-check.sh tests      GPU tests, then the serve integration tests on the CUDA
+#                                   engine (MFS_TEST_ENGINE=cuda), compute-sanitizer memcheck
+#                                   and racecheck on the persistent-kernel test (quick mode)
+#   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
+#                                   (3 M events, 16 partitions), latency, and a rate-limited
+#                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s)
+#   scripts/gpu-check.sh bench      the ring against one launch (bench/gpu_ring.sh) and
+#                                   MovieLens on the GPU (bench/gpu_movielens.sh, .data/movielens)
+#
+# Every step has its own time limit and its exit status is printed; a failing step does not
+# stop the next one. Each part builds first if build-dev is missing.
+set -uo pipefail
+part=${1:-}
+out=${OUT:-/tmp/gpu-check}
+build=build-dev
+mkdir -p "$out"
+step() { # name limit_s command...
+	local name=$1 limit=$2
+	shift 2
+	local t0=$SECONDS
+	timeout "$limit" "$@" >"$out/$name.log" 2>&1
+	local rc=$?
+	printf '%-28s rc=%-3s %4ss  (%s)\n' "$name" "$rc" $((SECONDS - t0)) "$out/$name.log"
+	tail -3 "$out/$name.log" | sed 's/^/    /'
+}
+build() {
+	[ -x "$build/mfstream" ] && [ "${1:-}" != force ] && return 0
+	cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/cmake.log" 2>&1 &&
+		cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1
+	local rc=$?
+	grep -i "microhttpd" "$out/cmake.log" | head -2
+	echo "build rc=$rc"
+	return $rc
+}
+san=/usr/local/cuda/bin/compute-sanitizer
+case "$part" in
+build)
+	build force
+	;;
+tests)
+	build || exit 1
+	step test_cuda_persistent 120 "$build/tests/test_cuda_persistent"
+	step test_cuda_parity 120 "$build/tests/test_cuda_parity"
+	for t in test_serve_mock test_serve_kill9 test_serve_backpressure test_serve_reader test_serve_faults \
+		test_serve_rebalance_paused; do
+		step "cuda-$t" 90 env MFS_TEST_ENGINE=cuda MFS_BIN="$build/mfstream" "$build/tests/$t"
+	done
+	step memcheck 150 env MFS_TEST_QUICK=1 "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
+	step racecheck 150 env MFS_TEST_QUICK=1 "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
+	;;
+stream)
+	build || exit 1
+	step stream-throughput-latency 240 env ENGINE=cuda PARTITIONS=16 SECTIONS=throughput,latency \
+		bash bench/stream.sh "$build" "$out/stream-gpu" 3000000
+	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=16 SECTIONS=timeseries \
+		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
+	;;
+bench)
+	build || exit 1
+	step gpu_ring 300 bash bench/gpu_ring.sh "$build" "$out/gpu-ring.csv" 5
+	step gpu_movielens 240 bash bench/gpu_movielens.sh "$build" "$out/gpu-movielens.csv" .data/movielens
+	;;
+*)
+	sed -n '2,17p' "$0"
+	exit 2
+	;;
+esac
