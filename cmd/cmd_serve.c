@@ -120,24 +120,6 @@ int mfs_cmd_serve(int argc, char **argv)
 				goto out;
 			}
 		brokers = mfs_mock_broker_bootstraps(mb);
-		/* librdkafka's mock cluster holds a fetch for the whole fetch.wait.max.ms (500) when a
-		 * partition has nothing, instead of answering when data arrives, and some of its
-		 * answers cost the consumer a fetch.error.backoff.ms (500) pause: measured, 50 K
-		 * events/s, 250 ms snapshots: event -> snapshot p50/p99 419/718 ms with the defaults,
-		 * 172/299 ms with 20/10 ms. Real Kafka answers a long poll when data arrives; these
-		 * apply to the embedded broker only, and kafka.* settings of the user win. */
-		static const char *const mock_fetch[][2] = {{"fetch.wait.max.ms", "20"}, {"fetch.error.backoff.ms", "10"}};
-		for (size_t j = 0; j < sizeof mock_fetch / sizeof mock_fetch[0]; j++) {
-			int set = 0;
-			for (int x = 0; x < c.kafka_n; x++)
-				set |= strcmp(c.kafka_key[x], mock_fetch[j][0]) == 0;
-			char key[64];
-			snprintf(key, sizeof key, "kafka.%s", mock_fetch[j][0]);
-			if (!set && (rc = mfs_conf_set(&c, key, mock_fetch[j][1], err, sizeof err))) {
-				fprintf(stderr, "mfstream serve: %s\n", err);
-				goto out;
-			}
-		}
 		printf("mfstream serve: embedded broker bootstrap=%s partitions=%ld\n", brokers, partitions);
 		fflush(stdout);
 	}
@@ -147,7 +129,7 @@ int mfs_cmd_serve(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	mfs_service_opts_t so = {brokers, topics, n_topics};
+	mfs_service_opts_t so = {brokers, topics, n_topics, embedded};
 	rc = mfs_service_run(&c, &so, &serve_stop, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "mfstream serve: %s\n", *err ? err : mfs_strerror(rc));

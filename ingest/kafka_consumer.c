@@ -46,11 +46,19 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
 	}
 }
 
-int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, char *const *topics, size_t n_topics,
+int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics, size_t n_topics,
                       const mfs_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr, size_t es)
 {
-	static const char *const defaults[] = {"group.id", "mfstream", "auto.offset.reset", "earliest",
-	                                       "enable.partition.eof", "false", NULL};
+	/* librdkafka's mock cluster holds a fetch for the whole fetch.wait.max.ms (500) when a
+	 * partition has nothing, instead of answering when data arrives, and some of its answers
+	 * cost the consumer a fetch.error.backoff.ms (500) pause. Measured, 50 K events/s, 250 ms
+	 * snapshots: event -> snapshot p50/p99 419/718 ms with the defaults, 172/299 ms with 20/10
+	 * ms. Real Kafka answers a long poll when data arrives, so only the mock gets them; like
+	 * every default here, kafka.* settings of the user win. */
+	/* a real cluster's list ends at the NULL before the fetch settings */
+	const char *const defaults[] = {"group.id", "mfstream", "auto.offset.reset", "earliest",
+	                                "enable.partition.eof", "false", mock ? "fetch.wait.max.ms" : NULL, "20",
+	                                "fetch.error.backoff.ms", "10", NULL};
 	rd_kafka_conf_t *kc = NULL;
 	char e[512];
 	int rc;

@@ -26,10 +26,12 @@ typedef struct mfs_consumer_cbs {
 } mfs_consumer_cbs_t;
 
 /** Create the consumer (kafka.* keys of c over our defaults: group.id=mfstream,
- *  auto.offset.reset=earliest) and subscribe to topics.
+ *  auto.offset.reset=earliest; with mock != 0 also short fetch waits, see kafka_consumer.c)
+ *  and subscribe to topics.
  *  brokers: bootstrap.servers override (NULL or "": kafka.bootstrap.servers).
+ *  mock: the brokers are librdkafka's mock cluster (the embedded broker).
  *  @return 0, MFS_ECONFIG, MFS_EKAFKA, ENOMEM (errstr says why). */
-int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, char *const *topics, size_t n_topics,
+int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics, size_t n_topics,
                       const mfs_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr, size_t errstr_size);
 
 #endif

@@ -415,7 +415,7 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 	if (*c->serve_dead_letter_topic && (rc = open_dlq(&s, o->brokers, errstr, es)))
 		goto out;
 	s.cbs = (mfs_consumer_cbs_t){&s, on_assign, on_revoke};
-	if ((rc = mfs_consumer_open(c, o->brokers, o->topics, o->n_topics, &s.cbs, &s.rk, errstr, es)))
+	if ((rc = mfs_consumer_open(c, o->brokers, o->embedded, o->topics, o->n_topics, &s.cbs, &s.rk, errstr, es)))
 		goto out;
 	mfs_learner_set_metrics(s.l, &s.cat);
 	if ((rc = mfs_learner_start(s.l, s.rk, errstr, es)))

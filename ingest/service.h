@@ -20,6 +20,7 @@ typedef struct mfs_service_opts {
 	const char *brokers;   /* bootstrap.servers override (NULL: kafka.bootstrap.servers) */
 	char *const *topics;   /* topics to consume */
 	size_t n_topics;
+	int embedded;          /* the broker is librdkafka's mock cluster (--embedded-broker) */
 } mfs_service_opts_t;
 
 /** Run until *stop becomes non-zero (a signal handler sets it), then apply what was polled,
