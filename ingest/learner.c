@@ -129,7 +129,7 @@ struct mfs_learner {
 	mfs_snap_loaded_t loaded;
 	/* the writer thread and its one job */
 	pthread_t wthread;
-	int wstarted, wquit, job_state;
+	int wquit, job_state;
 	pthread_mutex_t wmu;
 	pthread_cond_t wcv;
 	snap_job_t job;
@@ -166,8 +166,10 @@ struct mfs_learner {
 	/* message create time -> applied by the engine: create times waiting for their batch's
 	 * ticket (mfs_engine_progress), a FIFO */
 	lat_t apl_lat;
-	int64_t *apl_ts;
-	uint64_t *apl_tk;
+	struct apl {
+		int64_t ts;      /* message create time, ms */
+		uint64_t ticket; /* applied once the engine's progress reaches it */
+	} *apl;
 	size_t apl_head, apl_n, apl_cap;
 	/* stats for other threads */
 	pthread_mutex_t st_mu;
@@ -374,20 +376,14 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	mfs_engine_progress(l->e, &ticket, &done); /* this batch is applied once done >= ticket */
 	if (l->apl_head == l->apl_n)
 		l->apl_head = l->apl_n = 0;
-	if ((rc = mfs_grow((void **)&l->apl_ts, &l->apl_cap, l->apl_n + b->n_msg, sizeof *l->apl_ts)))
+	if ((rc = mfs_grow((void **)&l->apl, &l->apl_cap, l->apl_n + b->n_msg, sizeof *l->apl)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
-	size_t tk_cap = l->apl_cap; /* the two FIFO arrays grow together */
-	uint64_t *tk = realloc(l->apl_tk, tk_cap * sizeof *tk);
-	if (!tk)
-		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
-	l->apl_tk = tk;
 	for (size_t j = 0; j < b->n_msg; j++) {
 		rd_kafka_timestamp_type_t tt;
 		int64_t ts = rd_kafka_message_timestamp(b->msg[j], &tt);
 		if (ts > 0) {
 			l->pend_ts[l->n_pend++] = ts;
-			l->apl_ts[l->apl_n] = ts;
-			l->apl_tk[l->apl_n++] = ticket;
+			l->apl[l->apl_n++] = (struct apl){ts, ticket};
 		}
 	}
 	l->batches++;
@@ -412,8 +408,8 @@ static void applied_poll(mfs_learner_t *l)
 	struct timespec t;
 	clock_gettime(CLOCK_REALTIME, &t);
 	const double now_ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-	while (l->apl_head < l->apl_n && l->apl_tk[l->apl_head] <= done) {
-		double d = now_ms - (double)l->apl_ts[l->apl_head++];
+	while (l->apl_head < l->apl_n && l->apl[l->apl_head].ticket <= done) {
+		double d = now_ms - (double)l->apl[l->apl_head++].ts;
 		lat_add(&l->apl_lat, d);
 		if (l->cat)
 			mfs_histogram_observe(l->cat->event_to_applied, (d < 0 ? 0 : d) / 1000.0);
@@ -732,7 +728,6 @@ static void *thread_main(void *arg)
 	if ((rc = pthread_create(&l->wthread, NULL, writer_main, l))) {
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {
-		l->wstarted = 1;
 		rc = run(l);
 		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
 		if (!rc)
@@ -742,7 +737,6 @@ static void *thread_main(void *arg)
 		pthread_cond_broadcast(&l->wcv);
 		pthread_mutex_unlock(&l->wmu);
 		pthread_join(l->wthread, NULL);
-		l->wstarted = 0;
 	}
 	if (rc) {
 		mfs_error("serve", "msg=\"learner stopped\" err=\"%s\"", l->err);
@@ -913,8 +907,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	free(l->pend_ts);
 	free(l->snap_lat.b);
 	free(l->apl_lat.b);
-	free(l->apl_ts);
-	free(l->apl_tk);
+	free(l->apl);
 	mfs_snap_stage_free(l->job.stage);
 	free(l->job.offs);
 	free(l->job.pend_ts);
