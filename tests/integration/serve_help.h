@@ -383,6 +383,38 @@ static void sh_check_drained(const sh_snap_t *s, int parts, const int64_t *lo, c
 	}
 }
 
+/* The end of a run that produced only valid events: the snapshot in snap holds exactly
+ * `total` events, consistent with the topic below its offsets (count, digest, rating sum),
+ * the offsets are the high watermarks and nothing was dropped (low watermarks 0). */
+static void sh_check_all_applied(const char *bs, const char *topic, int parts, const char *snap, uint64_t total)
+{
+	int64_t lo[SH_MAX_PARTS], hi[SH_MAX_PARTS];
+	sh_watermarks(bs, topic, parts, lo, hi);
+	sh_snap_t s = sh_read(snap);
+	sh_topic_t t;
+	sh_topic_read(bs, topic, parts, hi, &t);
+	TEST_ASSERT(sh_snap_consistent(&t, &s, 1));
+	TEST_EQ_INT(s.events + s.held_out, total);
+	for (int p = 0; p < parts; p++) {
+		TEST_EQ_INT(lo[p], 0);
+		TEST_EQ_INT(s.off[p], hi[p]);
+	}
+	sh_topic_free(&t);
+}
+
+/* Lines of the file at path that contain s (0 when it cannot be read). */
+static long sh_log_count(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	long n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strstr(line, s) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
 /* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). */
 static int sh_stop(pid_t pid, double timeout_s)
 {

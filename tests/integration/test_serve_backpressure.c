@@ -83,33 +83,14 @@ static void test_backpressure(void)
 	TEST_ASSERT_MSG(s.events + s.held_out == total, "applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, total, log);
 	TEST_EQ_INT(sh_stop(pid, 30), 0);
 	long pauses = log_value(log, "msg=stopped", "pauses=");
-	long paused_lines = 0;
-	{
-		FILE *f = fopen(log, "r");
-		char line[4096];
-		while (f && fgets(line, sizeof line, f))
-			paused_lines += strstr(line, "msg=paused") != NULL;
-		if (f)
-			fclose(f);
-	}
+	long paused_lines = sh_log_count(log, "msg=paused");
 	fprintf(stderr, "  %" PRIu64 " events in %.1f s; pauses %ld (paused lines %ld); peak RSS %ld KiB\n", total, took,
 	        pauses, paused_lines, peak);
 	TEST_ASSERT_MSG(pauses >= 3, "the consumer paused %ld times (log %s)", pauses, log);
 	TEST_EQ_INT(paused_lines, pauses);
 	TEST_ASSERT_MSG(peak > 0 && peak < RSS_LIMIT_KB, "peak RSS %ld KiB", peak);
 	/* nothing dropped, nothing twice */
-	int64_t lo[N_PARTS], hi[N_PARTS];
-	sh_watermarks(bs, topic, N_PARTS, lo, hi);
-	s = sh_read(snap);
-	sh_topic_t t;
-	sh_topic_read(bs, topic, N_PARTS, hi, &t);
-	TEST_ASSERT(sh_snap_consistent(&t, &s, 1));
-	TEST_EQ_INT(s.events + s.held_out, total);
-	for (int p = 0; p < N_PARTS; p++) {
-		TEST_EQ_INT(lo[p], 0);
-		TEST_EQ_INT(s.off[p], hi[p]);
-	}
-	sh_topic_free(&t);
+	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
 	mfs_mock_broker_close(mb);
 }
 

@@ -15,25 +15,12 @@
 #define N_EVENTS 40000
 #define APIKEY_HEARTBEAT 12
 
-/* lines of path containing s */
-static long count_lines(const char *path, const char *s)
-{
-	FILE *f = fopen(path, "r");
-	char line[4096];
-	long n = 0;
-	while (f && fgets(line, sizeof line, f))
-		n += strstr(line, s) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 /* Wait until the log has more than `after` lines with s, or the deadline; returns the count. */
 static long wait_lines(const char *path, const char *s, long after, double seconds)
 {
 	double end = mfs_now_s() + seconds;
 	long n;
-	while ((n = count_lines(path, s)) <= after && mfs_now_s() < end)
+	while ((n = sh_log_count(path, s)) <= after && mfs_now_s() < end)
 		nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 	return n;
 }
@@ -59,11 +46,11 @@ static void test_rebalance_while_paused(void)
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-rbp", log, NULL);
 	long rebalances = 0, revoked_paused = 0;
 	for (int round = 0; round < 2; round++) {
-		long paused = wait_lines(log, "msg=paused", count_lines(log, "msg=paused"), 30);
+		long paused = wait_lines(log, "msg=paused", sh_log_count(log, "msg=paused"), 30);
 		TEST_ASSERT_MSG(paused > 0, "round %d: the consumer never paused (log %s)", round, log);
-		long revoked = count_lines(log, "msg=revoked");
+		long revoked = sh_log_count(log, "msg=revoked");
 		/* paused right now? (the last pause/resume line is a pause) */
-		long p = count_lines(log, "msg=paused"), r = count_lines(log, "msg=resumed");
+		long p = sh_log_count(log, "msg=paused"), r = sh_log_count(log, "msg=resumed");
 		revoked_paused += p > r;
 		rd_kafka_mock_push_request_errors(mc, APIKEY_HEARTBEAT, 2, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
 		                                  RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
@@ -80,18 +67,7 @@ static void test_rebalance_while_paused(void)
 	fprintf(stderr, "  %ld revocations, %ld of them requested while paused; %" PRIu64 " events\n", rebalances,
 	        revoked_paused, total);
 	TEST_ASSERT_MSG(revoked_paused >= 1, "no rebalance was requested while paused (log %s)", log);
-	int64_t lo[N_PARTS], hi[N_PARTS];
-	sh_watermarks(bs, topic, N_PARTS, lo, hi);
-	s = sh_read(snap);
-	sh_topic_t t;
-	sh_topic_read(bs, topic, N_PARTS, hi, &t);
-	TEST_ASSERT(sh_snap_consistent(&t, &s, 1));
-	TEST_EQ_INT(s.events + s.held_out, total);
-	for (int p = 0; p < N_PARTS; p++) {
-		TEST_EQ_INT(lo[p], 0);
-		TEST_EQ_INT(s.off[p], hi[p]);
-	}
-	sh_topic_free(&t);
+	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
 	mfs_mock_broker_close(mb);
 }
 
