@@ -22,6 +22,7 @@
 #include "snapshots/snap_format.h"
 #include "snapshots/snap_writer.h"
 #include "testhelp.h"
+#include "model_help.h"
 
 static char errbuf[1024];
 
@@ -62,26 +63,6 @@ static mfs_model_t *model_new(int k)
 	mfs_model_t *m = NULL;
 	TEST_OK(mfs_model_init(&c, &m));
 	return m;
-}
-
-static uint32_t add_user(mfs_model_t *m, mfs_id_t id)
-{
-	uint32_t row = MFS_ROW_NONE;
-	TEST_OK(mfs_model_user_row(m, &id, &row));
-	return row;
-}
-
-static uint32_t add_item(mfs_model_t *m, mfs_id_t id)
-{
-	uint32_t row = MFS_ROW_NONE;
-	TEST_OK(mfs_model_item_row(m, &id, &row));
-	return row;
-}
-
-static mfs_id_t str_id(const char *s)
-{
-	mfs_id_t id = {MFS_ID_STR, (uint16_t)strlen(s), 0, s};
-	return id;
 }
 
 /* n items: mostly u64 ids (spaced, so unknown ids exist between them), every 10th a string */
