@@ -47,18 +47,8 @@ DEPLOY = os.path.join(SRC, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
 ENTRY = os.path.join(DEPLOY, "entrypoint.sh")
 
-failures = []
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL: %s" % what, flush=True)
-    return cond
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from testhelp import check, report  # noqa: E402
 
 
 def run(args, env=None, timeout=60, **kw):
@@ -698,8 +688,7 @@ def main():
         test_service_lifecycle(tmp, compose)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("test_deploy: %d passed, %d failed" % (passed, len(failures)))
-    return 1 if failures else 0
+    return report("test_deploy")
 
 
 if __name__ == "__main__":

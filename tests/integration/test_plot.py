@@ -28,18 +28,8 @@ except ImportError:
     print("SKIP: python3-matplotlib is not installed")
     sys.exit(77)
 
-failures = []
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL: %s" % what, flush=True)
-    return cond
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from testhelp import check, report  # noqa: E402
 
 
 def write_stream_csv(path, n=240, with_eps=True):
@@ -148,8 +138,7 @@ def main():
         check(rc == 1, "a missing file is exit 1")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("test_plot: %d passed, %d failed" % (passed, len(failures)))
-    return 1 if failures else 0
+    return report("test_plot")
 
 
 if __name__ == "__main__":
