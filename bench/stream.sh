@@ -9,7 +9,9 @@
 # Throughput: `serve --embedded-broker` consumes while `produce` fills the topic as fast as it can
 # (on the same 2 cores); events/s = events / (first message produced -> last event applied, as
 # seen in the snapshot). Latency: the service's own histogram of (snapshot commit wall time -
-# Kafka message create time), logged at shutdown.
+# Kafka message create time), logged at shutdown. Each throughput run also writes a per-thread
+# CPU profile (OUT-threads.csv: CPU seconds and busy fraction per thread name of serve, and the
+# producer's whole process): the thread near 100 % is the bottleneck.
 # ENGINE=cuda runs the service on the GPU; SECTIONS (default throughput,latency,timeseries,
 # snapshot) picks the parts; PARTITIONS (default 4) the topic's partitions; TS_EVENTS and
 # TS_RATE (default 3000000 at 100000/s) the time series run. The embedded broker keeps ~5 MiB
@@ -51,6 +53,36 @@ wait_applied() { # dir n: until the snapshot in dir counts n events; fails after
 		sleep 0.1
 	done
 }
+thread_ticks() { # pid -> "comm ticks" per thread (utime + stime), for the per-thread CPU profile
+	local t
+	for t in /proc/"$1"/task/*; do
+		printf '%s %s\n' "$(cat "$t/comm" 2>/dev/null)" "$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null)"
+	done 2>/dev/null
+}
+thread_profile() { # before after wall_s label csv: CPU seconds per thread name over the run
+	"$py" - "$@" <<'PY'
+import collections, os, sys
+before, after, wall, label, csv = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+hz = os.sysconf("SC_CLK_TCK")
+def load(p):
+    d = collections.Counter(); n = collections.Counter()
+    for line in open(p):
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            d[parts[0]] += int(parts[1]); n[parts[0]] += 1
+    return d, n
+b, _ = load(before); a, n = load(after)
+rows = sorted(((a[k] - b.get(k, 0)) / hz, k) for k in a)[::-1]
+new = not os.path.exists(csv)
+with open(csv, "a") as f:
+    if new:
+        f.write("run,thread,threads,cpu_s,busy_fraction\n")
+    for cpu, k in rows:
+        f.write(f"{label},{k},{n[k]},{cpu:.2f},{cpu / wall:.3f}\n")
+print(f"  busiest threads ({label}, {wall:.1f} s): " +
+      ", ".join(f"{k} x{n[k]} {cpu / wall:.0%}" for cpu, k in rows[:6]))
+PY
+}
 start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 	local dir=$1 log=$2; shift 2
 	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
@@ -73,17 +105,23 @@ start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 }
 if want throughput; then
 csv=$out-throughput.csv
+rm -f "$out-threads.csv"
 echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms" >"$csv"
 printf '%-18s %10s %9s %12s %10s %12s %12s\n' events/message events seconds events/s produce_s p50_ms p99_ms
 for epm in 100 1000; do
 	d=$tmp/snap-$epm
 	start_serve "$d" "$tmp/serve-$epm.log"
+	thread_ticks $spid >"$tmp/ticks0"
 	t0=$(date +%s.%N)
-	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$n" --batch "$epm" --compact \
-		2>"$tmp/produce-$epm.log"
+	# the producer's own CPU: its shell's cutime + cstime once it has been waited for
+	sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
+		"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$n" --batch "$epm" --compact \
+		2>"$tmp/produce-$epm.log" 3>"$tmp/produce-ticks"
 	tp=$(date +%s.%N)
 	wait_applied "$d" "$n"
 	t1=$(date +%s.%N)
+	thread_ticks $spid >"$tmp/ticks1"
+	echo "produce $(cat "$tmp/produce-ticks")" >>"$tmp/ticks1"
 	kill -TERM $spid && wait $spid
 	p50=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
 	p99=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
@@ -92,6 +130,7 @@ for epm in 100 1000; do
 	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
 	printf '%-18s %10s %9s %12s %10s %12s %12s\n' "$epm" "$n" "$secs" "$rate" "$ps" "$p50" "$p99"
 	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99" >>"$csv"
+	thread_profile "$tmp/ticks0" "$tmp/ticks1" "$secs" "$epm/msg" "$out-threads.csv"
 done
 echo "wrote $csv"
 fi
@@ -140,6 +179,11 @@ wait_applied "$d" "$ts_n"
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
+line=$(grep -o 'msg=stopped.*' "$tmp/serve-ts.log")
+for key in latency_p50_ms latency_p99_ms applied_p50_ms applied_p99_ms; do
+	printf '%s=%s ' "$key" "$(echo "$line" | grep -o "$key=[^ ]*" | cut -d= -f2)"
+done
+echo "(time series: $ts_n events at ${TS_RATE:-100000}/s; latency_* is message create -> snapshot-visible)"
 echo "wrote $csv ($(($(wc -l <"$csv") - 1)) samples)"
 fi
 # snapshot cost by rows touched

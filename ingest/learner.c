@@ -15,6 +15,7 @@
  * the commit of the snapshot that stores them.
  */
 #include "ingest/learner.h"
+#include "common/thread.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -443,6 +444,7 @@ static void commit_offsets(mfs_learner_t *l, const snap_job_t *j, int sync)
 static void *writer_main(void *arg)
 {
 	mfs_learner_t *l = arg;
+	mfs_thread_name("mfs-snapwriter");
 	pthread_mutex_lock(&l->wmu);
 	for (;;) {
 		while (l->job_state != JOB_POSTED && !l->wquit)
@@ -705,6 +707,7 @@ static int run(mfs_learner_t *l)
 static void *thread_main(void *arg)
 {
 	mfs_learner_t *l = arg;
+	mfs_thread_name("mfs-learner");
 	mfs_engine_conf_t ec;
 	char e[1024] = "";
 	mfs_engine_conf_from(l->c, &ec);

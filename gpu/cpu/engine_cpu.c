@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/thread.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "gpu/cpu/cpu_ref.h"
@@ -221,6 +222,7 @@ static void *worker_main(void *arg)
 	struct cpu_worker *w = arg;
 	struct cpu_engine *ce = w->w_ce;
 	uint64_t seen = 0;
+	mfs_thread_name("mfs-cpu-sgd");
 	pthread_mutex_lock(&ce->ce_lock);
 	for (;;) {
 		while (!ce->ce_stop && ce->ce_gen == seen)

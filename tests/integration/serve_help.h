@@ -122,6 +122,15 @@ static void sh_watermarks(const char *bootstraps, const char *topic, int parts, 
 /* Extra `serve` arguments appended by sh_spawn (NULL-terminated; tests set it). */
 static const char *sh_extra_args[32];
 
+/* The engine sh_spawn runs serve with (MFS_TEST_ENGINE, default cpu) and the k it passes:
+ * the CUDA engine needs a multiple of 32. */
+static const char *sh_engine(void)
+{
+	const char *eng = getenv("MFS_TEST_ENGINE");
+	return eng && *eng ? eng : "cpu";
+}
+static int sh_k(void) { return strcmp(sh_engine(), "cpu") ? 32 : 16; }
+
 /* Start `mfstream serve` on topic; stderr goes to logpath (appended). */
 static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir, const char *group,
                       const char *logpath, const char *dlq)
@@ -139,9 +148,10 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 		snprintf(gk, sizeof gk, "%s", group);
 		const char *argv[80];
 		int n = 0;
-		/* MFS_TEST_ENGINE=cuda runs the same tests on the GPU engine (k a multiple of 32 there) */
-		const char *eng = getenv("MFS_TEST_ENGINE") && *getenv("MFS_TEST_ENGINE") ? getenv("MFS_TEST_ENGINE") : "cpu";
-		const char *k = strcmp(eng, "cpu") ? "32" : "16";
+		/* MFS_TEST_ENGINE=cuda runs the same tests on the GPU engine */
+		const char *eng = sh_engine();
+		char k[16];
+		snprintf(k, sizeof k, "%d", sh_k());
 		const char *base[] = {test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
 		                      "--engine", eng, "--threads", "2", "--k", k, "--serve.snapshot_ms", "100",
 		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",

@@ -226,7 +226,7 @@ static void test_serve_exactly_once(void)
 	if (h) {
 		mfs_snap_meta_t m;
 		TEST_OK(mfs_snap_get_meta(h, &m));
-		TEST_ASSERT(m.n_users > 100 && m.n_items > 100 && m.k == 16);
+		TEST_ASSERT(m.n_users > 100 && m.n_items > 100 && m.k == sh_k());
 		TEST_ASSERT(m.mu > 1 && m.mu < 5);
 		mfs_snap_close(h);
 	}

@@ -15,13 +15,14 @@
 #define N_PARTS 3
 #define ROUNDS 6
 #define PER_ROUND 15000
-#define K 16
 
 typedef struct look {
 	sh_snap_t s;
 	uint64_t n_users, n_items, users_in_db, items_in_db;
 	int rows_ok;
 } look_t;
+
+static int K; /* the k serve runs with (sh_k) */
 
 static int meta_u64(MDB_txn *t, MDB_dbi d, const char *key, uint64_t *v)
 {
@@ -92,7 +93,7 @@ static int look_once(MDB_env *env, look_t *l)
 	if (mdb_cursor_open(t, du, &c) == 0) { /* a run of rows: bias + K finite floats */
 		int n = 0;
 		for (int r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0 && n < 200; r = mdb_cursor_get(c, &k, &v, MDB_NEXT), n++) {
-			if (v.mv_size != (K + 1) * sizeof(float)) {
+			if (v.mv_size != (size_t)(K + 1) * sizeof(float)) {
 				l->rows_ok = 0;
 				break;
 			}
@@ -227,6 +228,7 @@ int main(void)
 {
 	if (access(test_bin(), X_OK) != 0)
 		TEST_SKIP("no mfstream binary at %s", test_bin());
+	K = sh_k();
 	TEST_RUN(test_reader_sees_whole_snapshots);
 	return TEST_REPORT();
 }
