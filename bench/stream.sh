@@ -12,12 +12,15 @@
 # Kafka message create time), logged at shutdown. Each throughput run also writes a per-thread
 # CPU profile (OUT-threads.csv: CPU seconds and busy fraction per thread name of serve, and the
 # producer's whole process): the thread near 100 % is the bottleneck.
-# ENGINE=cuda runs the service on the GPU; SECTIONS (default throughput,latency,timeseries,
-# snapshot) picks the parts; PARTITIONS (default 4) the topic's partitions; TS_EVENTS and
-# TS_RATE (default 3000000 at 100000/s) the time series run. The embedded broker keeps ~5 MiB
-# per partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
-# PARTITIONS under that (e.g. 3 M events on 16 partitions); a rate-limited run only needs the
-# consumer to keep up.
+# Knobs (environment): ENGINE=cuda runs the service on the GPU; SECTIONS (default
+# throughput,latency,timeseries,snapshot) picks the parts; PARTITIONS (default 4) the topic's
+# partitions; EPM (default "100 1000") the events per message of the throughput runs; PRODUCERS
+# (default 1) the producer processes of a throughput or time-series run (n/PRODUCERS events
+# each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run;
+# SERVE_ARGS more serve options (--key value ...). The embedded broker keeps ~5 MiB per
+# partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
+# PARTITIONS under that (e.g. 12 M events on 64 partitions); a rate-limited run only needs the
+# consumer to keep up (it fails with a message when it falls behind).
 set -euo pipefail
 sections=${SECTIONS:-throughput,latency,timeseries,snapshot}
 want() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -28,17 +31,10 @@ bin=$build/mfstream
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
-events_applied() { # events applied + held out in the snapshot at $1 (0 when none)
-	"$py" - "$1" <<'PY' 2>/dev/null || echo 0
-import sys
-sys.path.insert(0, "snapshots/reader/python")
-import mfsnap
-try:
-    s = mfsnap.Snapshot(sys.argv[1]); m = s.meta()
-    print(int(m.get("events_applied", 0)) + int(m.get("events_held_out", 0)))
-except Exception:
-    print(0)
-PY
+events_applied() { # events applied + held out in the snapshot at $1 (0 when none); the C
+	# reader, so the GPU machine (no python3-lmdb) can run this too
+	"$bin" inspect --snapshot "$1" 2>/dev/null |
+		awk '$1 == "events_applied" { a = $3 } $1 == "events_held_out" { h = $3 } END { print a + h + 0 }'
 }
 wait_applied() { # dir n: until the snapshot in dir counts n events; fails after 20 s without progress
 	local last=-1 same=0 now
@@ -87,7 +83,7 @@ start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 	local dir=$1 log=$2; shift 2
 	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
 		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
-		--serve.snapshot_ms 250 "$@" 2>"$log" &
+		--serve.snapshot_ms 250 ${SERVE_ARGS:-} "$@" 2>"$log" &
 	spid=$!
 	bs=""
 	for _ in $(seq 200); do
@@ -106,30 +102,37 @@ start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
 if want throughput; then
 csv=$out-throughput.csv
 rm -f "$out-threads.csv"
-echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms" >"$csv"
-printf '%-18s %10s %9s %12s %10s %12s %12s\n' events/message events seconds events/s produce_s p50_ms p99_ms
-for epm in 100 1000; do
+echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms,pauses" >"$csv"
+printf '%-18s %10s %9s %12s %10s %12s %12s %7s\n' events/message events seconds events/s produce_s p50_ms p99_ms pauses
+for epm in ${EPM:-100 1000}; do
 	d=$tmp/snap-$epm
 	start_serve "$d" "$tmp/serve-$epm.log"
 	thread_ticks $spid >"$tmp/ticks0"
 	t0=$(date +%s.%N)
-	# the producer's own CPU: its shell's cutime + cstime once it has been waited for
-	sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
-		"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$n" --batch "$epm" --compact \
-		2>"$tmp/produce-$epm.log" 3>"$tmp/produce-ticks"
+	# PRODUCERS processes, each n/PRODUCERS events of its own seed; a producer's own CPU is its
+	# shell's cutime + cstime once it has been waited for
+	np=${PRODUCERS:-1}
+	for ((j = 0; j < np; j++)); do
+		sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
+			"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
+			--batch "$epm" --compact 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
+	done
+	wait $(jobs -p | grep -v "^$spid\$")
+	n=$((n / np * np))
 	tp=$(date +%s.%N)
 	wait_applied "$d" "$n"
 	t1=$(date +%s.%N)
 	thread_ticks $spid >"$tmp/ticks1"
-	echo "produce $(cat "$tmp/produce-ticks")" >>"$tmp/ticks1"
+	cat "$tmp"/produce-ticks-* | sed 's/^/produce /' >>"$tmp/ticks1"
 	kill -TERM $spid && wait $spid
 	p50=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
 	p99=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
+	pz=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'pauses=[^ ]*' | cut -d= -f2)
 	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
 	ps=$("$py" -c "print(f'{$tp-$t0:.2f}')")
 	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
-	printf '%-18s %10s %9s %12s %10s %12s %12s\n' "$epm" "$n" "$secs" "$rate" "$ps" "$p50" "$p99"
-	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99" >>"$csv"
+	printf '%-18s %10s %9s %12s %10s %12s %12s %7s\n' "$epm" "$n" "$secs" "$rate" "$ps" "$p50" "$p99" "$pz"
+	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99,$pz" >>"$csv"
 	thread_profile "$tmp/ticks0" "$tmp/ticks1" "$secs" "$epm/msg" "$out-threads.csv"
 done
 echo "wrote $csv"
@@ -173,8 +176,15 @@ port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
 ts_n=${TS_EVENTS:-3000000}
-"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$ts_n" --batch 100 --compact \
-	--rate "${TS_RATE:-100000}" 2>"$tmp/produce-ts.log"
+np=${PRODUCERS:-1}
+for ((j = 0; j < np; j++)); do
+	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
+		--batch 100 --compact --rate $((${TS_RATE:-100000} / np)) 2>"$tmp/produce-ts-$j.log" &
+	pp[j]=$!
+done
+wait "${pp[@]}"
+tail -qn1 "$tmp"/produce-ts-*.log
+ts_n=$((ts_n / np * np))
 wait_applied "$d" "$ts_n"
 sleep 2
 kill -TERM $spid && wait $spid

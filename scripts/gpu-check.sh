@@ -6,10 +6,10 @@
 #   scripts/gpu-check.sh build      configure and build build-dev (sm_90, Release)
 #   scripts/gpu-check.sh tests      GPU tests, then the serve integration tests on the CUDA
 #                                   engine (MFS_TEST_ENGINE=cuda), compute-sanitizer memcheck
-#                                   and racecheck on a short serve --engine cuda stream and on
-#                                   the persistent-kernel test (quick mode)
+#                                   and racecheck on the persistent-kernel test (quick mode: a
+#                                   short stream through the device ring, growth, loss beside)
 #   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
-#                                   (3 M events, 16 partitions), latency, and a rate-limited
+#                                   (12 M events, 64 partitions, 4 producers), latency, a rate-limited
 #                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s)
 #   scripts/gpu-check.sh bench      the ring against one launch (bench/gpu_ring.sh) and
 #                                   MovieLens on the GPU (bench/gpu_movielens.sh, .data/movielens)
@@ -45,36 +45,6 @@ build() {
 	return $rc
 }
 san=/usr/local/cuda/bin/compute-sanitizer
-# a short streaming run of `serve --engine cuda` under compute-sanitizer TOOL: 200 K events at
-# 50 K/s through the embedded broker, growth, snapshots every 250 ms, a full pass every 500 ms
-# beside the persistent kernel; then SIGTERM to serve (the sanitizer's child). Exit status is
-# the sanitizer's (9 on any error).
-san_serve() { # tool
-	local tool=$1 d log sp bs rc
-	d=$(mktemp -d)
-	log="$out/san-serve-$tool.log"
-	"$san" --tool "$tool" --error-exitcode 9 "$build/mfstream" serve --embedded-broker --partitions 4 \
-		--topic ratings --snapshot "$d/snap" --engine cuda --k 32 --metrics.listen "" --serve.snapshot_ms 250 \
-		--serve.holdout_fraction 0.05 --serve.fullpass_ms 500 2>"$log" &
-	sp=$!
-	for _ in $(seq 1200); do
-		grep -q 'msg=assigned' "$log" && break
-		sleep 0.1
-	done
-	bs=$(grep -o 'bootstrap=[^ ]*' "$log" | head -1 | cut -d= -f2)
-	"$build/mfstream" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings 200000 --batch 100 \
-		--compact --rate 50000 2>"$out/san-serve-$tool.produce.log"
-	sleep 8
-	pkill -TERM -P "$sp"
-	wait "$sp"
-	rc=$?
-	grep -o 'msg="learner done".*' "$log" | cut -c1-200
-	grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log"
-	rm -rf "$d"
-	return $rc
-}
-export -f san_serve
-export build out san
 case "$part" in
 build)
 	build force
@@ -94,16 +64,14 @@ tests)
 		done
 		rm -rf "$out/tmp/$t"
 	done
-	step memcheck-serve 180 bash -c "san_serve memcheck"
-	step racecheck-serve 180 bash -c "san_serve racecheck"
 	step memcheck 150 env MFS_TEST_QUICK=1 "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
 	step racecheck 150 env MFS_TEST_QUICK=1 "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
 	;;
 stream)
 	build || exit 1
-	step stream-throughput-latency 240 env ENGINE=cuda PARTITIONS=16 SECTIONS=throughput,latency \
-		bash bench/stream.sh "$build" "$out/stream-gpu" 3000000
-	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=16 SECTIONS=timeseries \
+	step stream-throughput-latency 240 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 EPM=1000 SECTIONS=throughput,latency \
+		bash bench/stream.sh "$build" "$out/stream-gpu" 12000000
+	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=64 SECTIONS=timeseries \
 		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
 	;;
 bench)
