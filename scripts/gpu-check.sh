@@ -17,9 +17,9 @@
 # .devdeps: ../shared/device/prepare-devdeps.sh with EXTRA_DEVDEPS="libmicrohttpd-dev
 # libmicrohttpd12 libgnutls30 libunistring2 libidn2-0 libtasn1-6 libnettle8 libhogweed6 libgmp10
 # libp11-kit0 libffi8 libxxhash-dev libxxhash0 libinih-dev libinih1 libinireader0" and a
-# pkgconfig/gnutls.pc stub (libmicrohttpd.pc requires it privately): the GPU machine lacks
-# Debian's libunistring.so.2, and without those runtime libraries mfstream dies at exec,
-# which the serve tests see as "serve did not start". The build step lists what is missing.
+# pkgconfig/gnutls.pc stub (libmicrohttpd.pc requires it privately). Without gnutls's runtime
+# chain (Ubuntu 24.04 has libunistring.so.5, not Debian's .so.2) mfstream dies at exec, which
+# the serve tests see as "serve did not start". The build step lists what is missing.
 #
 # Every step has its own time limit and its exit status is printed; a failing step does not
 # stop the next one. Each part builds first if build-dev is missing. ONLY=regex runs just the
