@@ -10,8 +10,10 @@
  *   1. stage: collect the rows to write, checking indices, finite values and ids, and sort
  *      them by encoded key (u64 ids first, numerically, then strings bytewise: the order
  *      LMDB's default comparator gives the encoded keys). mfs_snap_stage_fill copies ids,
- *      biases and factors, so a writer thread can publish the stage while the model learns;
- *      mfs_snap_publish borrows them from the model for the length of the call;
+ *      biases and factors, so a writer thread can publish the stage while the model learns,
+ *      and leaves the sort to mfs_snap_publish_stage (the writer thread's share: it was a
+ *      quarter of the learner's time on a stream of new ids); mfs_snap_publish borrows them
+ *      from the model for the length of the call;
  *   2. validate meta and offsets - nothing is written if any check fails, so a NaN never
  *      reaches a reader;
  *   3. in the txn: check format_version and k against what is stored, read seq, write the
@@ -75,6 +77,7 @@ struct stage_side {
 	const float *mb, *mF; /* borrowed stages (mfs_snap_publish): the model's own arrays, row = model row */
 	char *str; /* the string ids' bytes */
 	size_t str_n, str_cap;
+	int sorted; /* r[] is in key order without repeats (copied stages sort on the writer's side) */
 };
 
 struct mfs_snap_stage {
@@ -282,14 +285,33 @@ static int row_finite(const float *b, const float *F, uint32_t row, int k)
 	return 1;
 }
 
-/* Collect, check and sort one entity's rows into side ss. rows == NULL: every row. copy: the
- * values and string ids are copied into ss (the model may change afterwards); else ss borrows
- * the model's arrays and ids, valid until the model changes (mfs_snap_publish's own use). */
+/* Sort side ss by encoded key and drop repeated rows (MDB_APPEND needs strictly increasing
+ * keys). */
+static void side_sort(struct stage_side *ss)
+{
+	if (ss->sorted || ss->n == 0) {
+		ss->sorted = 1;
+		return;
+	}
+	qsort(ss->r, ss->n, sizeof *ss->r, row_cmp);
+	size_t m = 1;
+	for (size_t i = 1; i < ss->n; i++)
+		if (row_cmp(&ss->r[i], &ss->r[m - 1]) != 0)
+			ss->r[m++] = ss->r[i];
+	ss->n = m;
+	ss->sorted = 1;
+}
+
+/* Collect and check one entity's rows into side ss. rows == NULL: every row. copy: the values
+ * and string ids are copied into ss (the model may change afterwards) and the sort is left to
+ * mfs_snap_publish_stage, i.e. to the writer thread; else ss borrows the model's arrays and
+ * ids, valid until the model changes (mfs_snap_publish's own use), and is sorted here. */
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
                      int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
+	ss->sorted = 0;
 	ss->str_n = 0;
 	ss->mb = copy ? NULL : b;
 	ss->mF = copy ? NULL : F;
@@ -350,13 +372,9 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 	for (size_t i = 0; copy && i < n; i++)
 		if (ss->r[i].id.kind == MFS_ID_STR)
 			ss->r[i].id.str = ss->str + ss->r[i].id.num, ss->r[i].id.num = 0;
-	qsort(ss->r, n, sizeof *ss->r, row_cmp);
-	/* drop repeated rows: MDB_APPEND needs strictly increasing keys */
-	size_t m = 1;
-	for (size_t i = 1; i < n; i++)
-		if (row_cmp(&ss->r[i], &ss->r[m - 1]) != 0)
-			ss->r[m++] = ss->r[i];
-	ss->n = m;
+	ss->n = n;
+	if (!copy)
+		side_sort(ss);
 	return 0;
 }
 
@@ -589,12 +607,14 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 	return mfs_snap_publish_stage(w, w->sw_stage, info, seq, errstr, errstr_size);
 }
 
-int mfs_snap_publish_stage(mfs_snap_writer_t *w, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
+int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_snap_info_t *info,
                            uint64_t *seq, char *errstr, size_t errstr_size)
 {
 	int rc;
 	if (!w || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
+	side_sort(&m->side[0]);
+	side_sort(&m->side[1]);
 	if (w->sw_fatal)
 		return mfs_errf(errstr, errstr_size, MFS_EFATAL, "snapshot writer on %s is unusable after a fatal "
 		                                                 "LMDB error", w->sw_dir);

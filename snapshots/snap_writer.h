@@ -69,8 +69,8 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
                      uint64_t *seq, char *errstr, size_t errstr_size);
 
 /** A staged snapshot: copies of the rows to write (ids, bias, factors), k, mu and events
- *  applied, checked and sorted, independent of the model afterwards. So the model can go on
- *  learning while another thread writes the stage (`mfs_snap_publish_stage`). */
+ *  applied, checked, independent of the model afterwards. So the model can go on learning
+ *  while another thread sorts and writes the stage (`mfs_snap_publish_stage`). */
 typedef struct mfs_snap_stage mfs_snap_stage_t;
 mfs_snap_stage_t *mfs_snap_stage_new(void);
 void mfs_snap_stage_free(mfs_snap_stage_t *s);
@@ -80,8 +80,9 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s);
 int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
                         size_t errstr_size);
 /** Publish a filled stage with info's meta, offsets and extra records (its row lists are not
- *  used: the stage has the rows). Errors as mfs_snap_publish. */
-int mfs_snap_publish_stage(mfs_snap_writer_t *w, const mfs_snap_stage_t *s, const mfs_snap_info_t *info,
+ *  used: the stage has the rows). Sorts the stage's rows by key first (in place, once).
+ *  Errors as mfs_snap_publish. */
+int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *s, const mfs_snap_info_t *info,
                            uint64_t *seq, char *errstr, size_t errstr_size);
 
 #endif

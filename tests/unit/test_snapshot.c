@@ -670,6 +670,62 @@ static void test_stage_is_a_copy(void)
 	mfs_model_free(m);
 }
 
+/* A stage of rows named out of key order, with repeats, string and u64 ids mixed: the fill
+ * keeps them as given and mfs_snap_publish_stage sorts them (the writer thread's share), so
+ * each distinct row is written once with its own values; publishing the same stage again
+ * writes the same rows. */
+static void test_stage_sorts_on_publish(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_model_t *m = model_new(4);
+	add_user(m, str_id("zed"));   /* row 0 */
+	add_user(m, mfs_id_u64(900)); /* row 1 */
+	add_user(m, str_id("amy"));   /* row 2 */
+	add_user(m, mfs_id_u64(3));   /* row 3 */
+	add_user(m, str_id("nobody")); /* row 4: not staged */
+	add_item(m, mfs_id_u64(1));
+	fill_random(m);
+	static const uint32_t rows[] = {2, 0, 3, 1, 2, 0, 3};
+	mfs_snap_info_t in = info_default();
+	in.user_rows = rows;
+	in.n_user_rows = sizeof rows / sizeof rows[0];
+	in.item_rows = rows; /* row 0 only */
+	in.n_item_rows = 0;
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st != NULL);
+	TEST_OK(mfs_snap_stage_fill(st, m, &in, errbuf, sizeof errbuf));
+	mfs_snap_writer_t *w = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w, errbuf, sizeof errbuf));
+	if (!w)
+		return;
+	for (int rep = 0; rep < 2; rep++) {
+		uint64_t seq = 0;
+		TEST_OK(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf));
+		TEST_EQ_INT(seq, rep + 1);
+		mfs_snap_t *s = NULL;
+		TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+		if (!s)
+			continue;
+		mfs_snap_meta_t meta;
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_EQ_INT(meta.n_users, 4);
+		const mfs_id_t ids[] = {str_id("zed"), mfs_id_u64(900), str_id("amy"), mfs_id_u64(3)};
+		for (int r = 0; r < 4; r++) {
+			float v[4], bias;
+			mfs_snap_id_t id = snap_id_of(ids[r]);
+			TEST_OK(mfs_snap_user(s, &id, &bias, v));
+			TEST_ASSERT_MSG(bias == m->bu[r] && memcmp(v, m->P + 4 * r, sizeof v) == 0, "row %d", r);
+		}
+		mfs_snap_id_t none = snap_id_of(str_id("nobody"));
+		float bias;
+		TEST_ASSERT(mfs_snap_user(s, &none, &bias, NULL) != 0);
+		mfs_snap_close(s);
+	}
+	mfs_snap_writer_close(w);
+	mfs_snap_stage_free(st);
+	mfs_model_free(m);
+}
+
 /* Every snapshot.sync mode writes the same snapshots: two publishes into one environment per
  * mode (the second a partial one, so the copy-on-write path runs), a reader sees each, and a
  * reopen after close (which flushes) finds the second. A mode out of range is refused. */
@@ -786,6 +842,7 @@ int main(void)
 	TEST_RUN(test_open_empty);
 	TEST_RUN(test_sync_modes);
 	TEST_RUN(test_stage_is_a_copy);
+	TEST_RUN(test_stage_sorts_on_publish);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", root);
