@@ -17,7 +17,8 @@
 # partitions; EPM (default "100 1000") the events per message of the throughput runs; PRODUCERS
 # (default 1) the producer processes of a throughput or time-series run (n/PRODUCERS events
 # each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run;
-# SERVE_ARGS more serve options (--key value ...). The embedded broker keeps ~5 MiB per
+# SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
+# (e.g. --gen.users 1000000). The embedded broker keeps ~5 MiB per
 # partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
 # PARTITIONS under that (e.g. 12 M events on 64 partitions); a rate-limited run only needs the
 # consumer to keep up (it fails with a message when it falls behind).
@@ -115,7 +116,7 @@ for epm in ${EPM:-100 1000}; do
 	for ((j = 0; j < np; j++)); do
 		sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
 			"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
-			--batch "$epm" --compact 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
+			--batch "$epm" --compact ${PRODUCE_ARGS:-} 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
 	done
 	wait $(jobs -p | grep -v "^$spid\$")
 	n=$((n / np * np))

@@ -14,13 +14,20 @@
 #include <string.h>
 #include <time.h>
 
-int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, rd_kafka_message_t *msg)
+int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, rd_kafka_message_t *msg,
+                          double holdout_fraction)
 {
 	if (mfs_grow((void **)&b->ev, &b->cap, b->n + n_ev, sizeof *b->ev) ||
-	    mfs_grow((void **)&b->msg, &b->cap_msg, b->n_msg + 1, sizeof *b->msg))
+	    mfs_grow((void **)&b->msg, &b->cap_msg, b->n_msg + 1, sizeof *b->msg) ||
+	    (holdout_fraction > 0 && mfs_grow((void **)&b->held, &b->cap_held, b->n + n_ev, sizeof *b->held)))
 		return ENOMEM;
 	if (n_ev)
 		memcpy(b->ev + b->n, ev, n_ev * sizeof *ev);
+	for (size_t j = 0; j < n_ev; j++) {
+		b->digest += mfs_event_digest(&ev[j]);
+		if (holdout_fraction > 0)
+			b->held[b->n + j] = mfs_event_holdout_u(&ev[j]) < holdout_fraction;
+	}
 	b->n += n_ev;
 	if (msg)
 		b->msg[b->n_msg++] = msg;
@@ -47,6 +54,7 @@ void mfs_ebatch_clear(mfs_ebatch_t *b)
 		rd_kafka_message_destroy(b->msg[j]);
 	b->n = b->n_msg = b->n_off = 0;
 	memset(b->rejected, 0, sizeof b->rejected);
+	b->digest = 0;
 	b->messages = 0;
 	b->t_first = 0;
 	b->barrier = 0;
@@ -59,6 +67,7 @@ void mfs_ebatch_free(mfs_ebatch_t *b)
 		return;
 	mfs_ebatch_clear(b);
 	free(b->ev);
+	free(b->held);
 	free(b->msg);
 	free(b->off);
 	free(b);

@@ -40,14 +40,21 @@ typedef struct mfs_ebatch {
 	mfs_ebatch_off_t *off;
 	size_t n_off, cap_off;
 	uint64_t rejected[MFS_REJ__COUNT];
+	/* computed by the consumer thread as events are added, so the learner does not hash: */
+	uint64_t digest;    /* sum mod 2^64 of mfs_event_digest() of ev[0..n) */
+	uint8_t *held;      /* held[j]: ev[j] is held out (serve.holdout_fraction); NULL while none can be */
+	size_t cap_held;
 	uint64_t messages;  /* messages covered (accepted + rejected) */
 	double t_first;     /* mfs_now_s() when the first message entered the batch */
 	int barrier;        /* 0, MFS_EBATCH_SNAPSHOT or MFS_EBATCH_FINAL */
 	uint64_t barrier_gen;
 } mfs_ebatch_t;
 
-/** Append the events of one message; b takes ownership of msg (NULL: nothing to keep). */
-int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, rd_kafka_message_t *msg);
+/** Append the events of one message; b takes ownership of msg (NULL: nothing to keep). Adds
+ * their digests to b->digest and, when holdout_fraction > 0, marks in b->held the events whose
+ * mfs_event_holdout_u() is below it. */
+int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, rd_kafka_message_t *msg,
+                          double holdout_fraction);
 /** Record that partition (topic, partition) continues at `next` once this batch is applied. */
 int mfs_ebatch_advance(mfs_ebatch_t *b, const char *topic, int32_t partition, int64_t next);
 /** Empty b (messages destroyed), keeping its arrays. */

@@ -144,6 +144,7 @@ struct mfs_learner {
 	char engine_name[32];
 	/* work arrays of one batch */
 	uint32_t *tu_, *ti_, *hu_, *hi_;
+	uint32_t *ru_, *ri_; /* the rows of a batch's events, in order */
 	float *tr_, *hr_;
 	size_t wcap;
 	uint32_t grown_users, grown_items;
@@ -290,8 +291,8 @@ static int work_reserve(mfs_learner_t *l, size_t n)
 	size_t nc = l->wcap ? l->wcap : 1024;
 	while (nc < n)
 		nc *= 2;
-	uint32_t **u32[] = {&l->tu_, &l->ti_, &l->hu_, &l->hi_};
-	for (int j = 0; j < 4; j++) {
+	uint32_t **u32[] = {&l->tu_, &l->ti_, &l->hu_, &l->hi_, &l->ru_, &l->ri_};
+	for (int j = 0; j < 6; j++) {
 		uint32_t *p = realloc(*u32[j], nc * sizeof *p);
 		if (!p)
 			return ENOMEM;
@@ -315,15 +316,18 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	double frac = l->c->serve_holdout_fraction, sum = 0;
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	/* users, then items, each in event order: the same rows as event by event (the two maps
+	 * are independent), with the lookups' cache misses overlapped */
+	if (b->n && ((rc = mfs_model_rows(l->m, 0, &b->ev[0].user, sizeof *b->ev, b->n, l->ru_)) ||
+	             (rc = mfs_model_rows(l->m, 1, &b->ev[0].item, sizeof *b->ev, b->n, l->ri_))))
+		return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 	for (size_t j = 0; j < b->n; j++) {
 		const mfs_event_t *ev = &b->ev[j];
-		uint32_t ru, ri;
-		if ((rc = mfs_model_user_row(l->m, &ev->user, &ru)) || (rc = mfs_model_item_row(l->m, &ev->item, &ri)) ||
-		    (rc = mfs_touched_mark(&l->tu, ru)) || (rc = mfs_touched_mark(&l->ti, ri)))
+		const uint32_t ru = l->ru_[j], ri = l->ri_[j];
+		if ((rc = mfs_touched_mark(&l->tu, ru)) || (rc = mfs_touched_mark(&l->ti, ri)))
 			return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
-		l->digest += mfs_event_digest(ev);
 		sum += ev->rating;
-		if (frac > 0 && mfs_event_holdout_u(ev) < frac) {
+		if (frac > 0 && b->held && b->held[j]) {
 			l->hu_[nh] = ru;
 			l->hi_[nh] = ri;
 			l->hr_[nh++] = ev->rating;
@@ -354,6 +358,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 			}
 		}
 	}
+	l->digest += b->digest;
 	if (b->n)
 		mfs_model_observe(l->m, sum, b->n);
 	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
@@ -900,6 +905,8 @@ void mfs_learner_close(mfs_learner_t *l)
 		free(l->offs[j].topic);
 	free(l->offs);
 	free(l->tu_);
+	free(l->ru_);
+	free(l->ri_);
 	free(l->ti_);
 	free(l->hu_);
 	free(l->hi_);

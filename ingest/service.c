@@ -281,7 +281,7 @@ static int handle(svc_t *s, rd_kafka_message_t *msg)
 	if (rc == MFS_EDECODE) {
 		reject(s, msg, reason, index, detail);
 		rd_kafka_message_destroy(msg);
-	} else if (rc || (rc = mfs_ebatch_add_events(s->cur, s->evs.ev, s->evs.n, msg))) {
+	} else if (rc || (rc = mfs_ebatch_add_events(s->cur, s->evs.ev, s->evs.n, msg, s->c->serve_holdout_fraction))) {
 		rd_kafka_message_destroy(msg);
 		return mfs_errf(s->err, sizeof s->err, rc, "decode: %s", mfs_strerror(rc));
 	} else {

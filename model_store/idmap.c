@@ -166,12 +166,28 @@ uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id)
 	return row;
 }
 
+uint64_t mfs_idmap_hash(const mfs_id_t *id) { return id_hash(id); }
+
+void mfs_idmap_prefetch(const mfs_idmap_t *m, uint64_t h)
+{
+#if defined(__GNUC__)
+	__builtin_prefetch(&m->t.s[h & m->t.mask]);
+#else
+	(void)m;
+	(void)h;
+#endif
+}
+
 int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int *added)
+{
+	return mfs_idmap_get_or_add_h(m, id, id_hash(id), row, added);
+}
+
+int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t *row, int *added)
 {
 	int rc = mfs_id_check(id);
 	if (rc)
 		return rc;
-	uint64_t h = id_hash(id);
 	uint32_t r = table_find(m, &m->t, h, id);
 	if (r == MFS_ROW_NONE && m->old.s)
 		r = table_find(m, &m->old, h, id);

@@ -97,11 +97,11 @@ void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 		out[j] = (float)(sd * mfs_rng_normal(&r));
 }
 
-static int entity_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)
+static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row)
 {
 	mfs_idmap_t *map = ent ? m->items : m->users;
 	int added;
-	int rc = mfs_idmap_get_or_add(map, id, row, &added);
+	int rc = mfs_idmap_get_or_add_h(map, id, h, row, &added);
 	if (rc || !added)
 		return rc;
 	/* the idmap has handed out row == old count; give it storage and initial values */
@@ -120,8 +120,37 @@ static int entity_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row
 	return 0;
 }
 
+static int entity_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)
+{
+	return entity_row_h(m, ent, id, mfs_idmap_hash(id), row);
+}
+
 int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row) { return entity_row(m, 0, id, row); }
 int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row) { return entity_row(m, 1, id, row); }
+
+#define ROWS_AHEAD 8 /* ids hashed and prefetched ahead of the one being resolved */
+
+int mfs_model_rows(mfs_model_t *m, int ent, const mfs_id_t *ids, size_t stride, size_t n, uint32_t *rows)
+{
+	const mfs_idmap_t *map = ent ? m->items : m->users;
+	const char *base = (const char *)ids;
+	uint64_t h[ROWS_AHEAD];
+	for (size_t j = 0; j < n && j < ROWS_AHEAD; j++) {
+		h[j] = mfs_idmap_hash((const mfs_id_t *)(base + j * stride));
+		mfs_idmap_prefetch(map, h[j]);
+	}
+	for (size_t j = 0; j < n; j++) {
+		const uint64_t hj = h[j % ROWS_AHEAD];
+		if (j + ROWS_AHEAD < n) {
+			h[j % ROWS_AHEAD] = mfs_idmap_hash((const mfs_id_t *)(base + (j + ROWS_AHEAD) * stride));
+			mfs_idmap_prefetch(map, h[j % ROWS_AHEAD]);
+		}
+		int rc = entity_row_h(m, ent, (const mfs_id_t *)(base + j * stride), hj, &rows[j]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
 
 void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count)
 {

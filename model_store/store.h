@@ -56,6 +56,11 @@ void mfs_idmap_free(mfs_idmap_t *m);
 uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id);
 /** Row of id, adding it if new (*added = 1). @return 0, ENOMEM, MFS_EFULL (2^32-1 rows), MFS_EIDLEN. */
 int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int *added);
+/** The same with h = mfs_idmap_hash(id) computed beforehand (see mfs_idmap_prefetch). */
+int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t *row, int *added);
+uint64_t mfs_idmap_hash(const mfs_id_t *id);
+/** Hint that the slot of hash h will be probed soon (a cache prefetch; no effect on results). */
+void mfs_idmap_prefetch(const mfs_idmap_t *m, uint64_t h);
 uint32_t mfs_idmap_size(const mfs_idmap_t *m);
 /** The external id of a row (string points into the map; valid until mfs_idmap_free). */
 mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row);
@@ -88,6 +93,12 @@ void mfs_model_free(mfs_model_t *m);
 /** Row for a user/item, adding and initializing it (bias 0, seeded factors) if new. */
 int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
 int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
+/** rows[j] = the row of the j-th of n ids, `stride` bytes apart (e.g. &ev[0].user and
+ * sizeof *ev), entity ent (0 users, 1 items), exactly as n calls of mfs_model_user_row /
+ * mfs_model_item_row in order would give; it hashes a few ids ahead and prefetches their
+ * slots, so the cache misses of a stream's lookups overlap. @return 0 or the first error
+ * (rows before it are resolved). */
+int mfs_model_rows(mfs_model_t *m, int ent, const mfs_id_t *ids, size_t stride, size_t n, uint32_t *rows);
 /** Make sure at least n rows are allocated (no rows are added). @return 0 or ENOMEM. */
 int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items);
 /** Fold ratings into the running global mean. */

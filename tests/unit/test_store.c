@@ -160,11 +160,73 @@ static void test_model_rows(void)
 	mfs_model_free(b);
 }
 
+/* mfs_model_rows (hashed and prefetched ahead) against one call per id: same rows, same
+ * tables, for u64 and string ids with repeats, through several rehashes, in batches of sizes
+ * around its look-ahead (1 .. 9) and larger, and with a stride like the learner's events. */
+static void test_model_rows_batched(void)
+{
+	enum { N = 30000 };
+	struct ev {
+		mfs_id_t user, item;
+		float r;
+	};
+	static struct ev evs[N];
+	static char names[N][16];
+	static uint32_t ru[N], ri[N];
+	mfs_model_conf_t conf = {8, 0.1, 5};
+	mfs_model_t *a, *b;
+	TEST_OK(mfs_model_init(&conf, &a));
+	TEST_OK(mfs_model_init(&conf, &b));
+	uint64_t x = 88172645463325252ull;
+	for (int j = 0; j < N; j++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		uint64_t u = (x % 7 == 0) ? x % 50 : x % 9000; /* a few hot users, many repeats */
+		evs[j].user = mfs_id_u64(u);
+		snprintf(names[j], sizeof names[j], "item-%u", (unsigned)((x >> 20) % 6000));
+		evs[j].item = (mfs_id_t){MFS_ID_STR, (uint16_t)strlen(names[j]), 0, names[j]};
+		if (j % 5 == 0)
+			evs[j].item = mfs_id_u64((x >> 32) % 3000); /* the other kind in the same map */
+		evs[j].r = 1;
+	}
+	static const size_t sizes[] = {1, 2, 3, 7, 8, 9, 16, 1000, 4096};
+	size_t at = 0, si = 0;
+	while (at < N) {
+		size_t n = sizes[si++ % (sizeof sizes / sizeof sizes[0])];
+		if (n > N - at)
+			n = N - at;
+		TEST_OK(mfs_model_rows(a, 0, &evs[at].user, sizeof evs[0], n, ru + at));
+		TEST_OK(mfs_model_rows(a, 1, &evs[at].item, sizeof evs[0], n, ri + at));
+		at += n;
+	}
+	long bad = 0;
+	for (int j = 0; j < N; j++) {
+		uint32_t u, i;
+		TEST_OK(mfs_model_user_row(b, &evs[j].user, &u));
+		TEST_OK(mfs_model_item_row(b, &evs[j].item, &i));
+		bad += u != ru[j] || i != ri[j];
+	}
+	TEST_EQ_INT(bad, 0);
+	TEST_EQ_INT(a->n_users, b->n_users);
+	TEST_EQ_INT(a->n_items, b->n_items);
+	TEST_ASSERT(a->n_users > 4000 && a->n_items > 4000); /* past several rehashes */
+	TEST_ASSERT(memcmp(a->P, b->P, (size_t)a->n_users * 8 * sizeof(float)) == 0);
+	TEST_ASSERT(memcmp(a->Q, b->Q, (size_t)a->n_items * 8 * sizeof(float)) == 0);
+	/* lookups of the batched map find every id at the row it was given */
+	for (int j = 0; j < N; j += 97) {
+		TEST_EQ_INT(mfs_idmap_find(a->users, &evs[j].user), ru[j]);
+		TEST_EQ_INT(mfs_idmap_find(a->items, &evs[j].item), ri[j]);
+	}
+	TEST_OK(mfs_model_rows(a, 0, &evs[0].user, sizeof evs[0], 0, ru)); /* empty */
+	mfs_model_free(a);
+	mfs_model_free(b);
+}
+
 int main(void)
 {
 	TEST_RUN(test_id_parse);
 	TEST_RUN(test_id_utf8);
 	TEST_RUN(test_idmap_growth);
 	TEST_RUN(test_model_rows);
+	TEST_RUN(test_model_rows_batched);
 	return TEST_REPORT();
 }
