@@ -10,7 +10,8 @@
 #                                   short stream through the device ring, growth, loss beside)
 #   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
 #                                   (12 M events, 64 partitions, 4 producers), latency, a rate-limited
-#                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s)
+#                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s),
+#                                   then 10 s at each of SUSTAIN_RATES (default 6, 8, 10 M/s)
 #   scripts/gpu-check.sh bench      the ring against one launch (bench/gpu_ring.sh) and
 #                                   MovieLens on the GPU (bench/gpu_movielens.sh, .data/movielens)
 #
@@ -80,6 +81,13 @@ stream)
 		bash bench/stream.sh "$build" "$out/stream-gpu" 12000000
 	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=64 SECTIONS=timeseries \
 		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
+	# the highest sustained rate: 10 s at each rate with 4 producers (a run that falls behind
+	# fails with the mock's retention message: that rate was not sustained)
+	for r in ${SUSTAIN_RATES:-6000000 8000000 10000000}; do
+		step "stream-sustain-$r" 60 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 SECTIONS=timeseries \
+			TS_EVENTS=$((r * 10)) TS_RATE="$r" bash bench/stream.sh "$build" "$out/sustain-$r"
+		rm -f "$out/sustain-$r-timeseries.csv"
+	done
 	;;
 bench)
 	build || exit 1
