@@ -15,7 +15,6 @@
  * the commit of the snapshot that stores them.
  */
 #include "ingest/learner.h"
-#include "common/thread.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -29,6 +28,7 @@
 #include "common/err.h"
 #include "common/grow.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/timeutil.h"
 #include "gpu/engine.h"
 #include "gpu/lr.h"

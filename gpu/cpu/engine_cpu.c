@@ -60,9 +60,9 @@
 #include <unistd.h>
 
 #include "common/err.h"
-#include "common/thread.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/thread.h"
 #include "gpu/cpu/cpu_ref.h"
 #include "gpu/engine_int.h"
 
