@@ -67,10 +67,12 @@ int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *
 		return mfs_errf(errstr, es, MFS_EINVAL, "no topic to consume");
 	if ((rc = mfs_kafka_conf_new_with(c, defaults, &kc, errstr, es)))
 		return rc;
-	/* forced: offsets are committed by the service only for what a snapshot covers */
+	/* forced: offsets are committed by the service only for what a snapshot covers; with
+	 * serve.exit_at_end the service needs to hear of each partition's end */
 	if ((brokers && *brokers && rd_kafka_conf_set(kc, "bootstrap.servers", brokers, e, sizeof e)) ||
 	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", e, sizeof e) ||
-	    rd_kafka_conf_set(kc, "enable.auto.offset.store", "false", e, sizeof e)) {
+	    rd_kafka_conf_set(kc, "enable.auto.offset.store", "false", e, sizeof e) ||
+	    (c && c->serve_exit_at_end && rd_kafka_conf_set(kc, "enable.partition.eof", "true", e, sizeof e))) {
 		rd_kafka_conf_destroy(kc);
 		return mfs_errf(errstr, es, MFS_ECONFIG, "%s", e);
 	}

@@ -43,6 +43,7 @@ typedef struct part {
 	int32_t partition;
 	int64_t next; /* next offset to take in (last taken + 1) */
 	int assigned;
+	int at_end;   /* partition EOF was reported at `next` and nothing came after it */
 } part_t;
 
 typedef struct svc {
@@ -172,6 +173,20 @@ static int barrier(svc_t *s, int kind)
 	return mfs_bring_wait_barrier(&s->ring, gen);
 }
 
+/* serve.exit_at_end: something is assigned and every assigned partition is at its end */
+static int all_at_end(const svc_t *s)
+{
+	size_t n = 0;
+	for (size_t j = 0; j < s->n_parts; j++) {
+		if (!s->parts[j].assigned)
+			continue;
+		if (!s->parts[j].at_end)
+			return 0;
+		n++;
+	}
+	return n > 0;
+}
+
 static void gauge_assigned(svc_t *s)
 {
 	size_t n = 0;
@@ -191,6 +206,7 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 			continue;
 		}
 		p->assigned = 1;
+		p->at_end = 0;
 		tp->offset = p->next >= 0 ? p->next : RD_KAFKA_OFFSET_BEGINNING;
 	}
 	gauge_assigned(s);
@@ -254,8 +270,18 @@ static void reject(svc_t *s, const rd_kafka_message_t *msg, int reason, long ind
 static int handle(svc_t *s, rd_kafka_message_t *msg)
 {
 	if (msg->err) {
-		if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && msg->rkt) {
+			/* only at `next`: an end reported before a pause dropped the prefetched messages
+			 * lies behind what is still to be read */
+			part_t *p = part_get(s, rd_kafka_topic_name(msg->rkt), msg->partition, 0);
+			int64_t lo = -1, hi = -1;
+			if (p && p->assigned && p->next < 0) /* nothing taken yet: at the end if it is empty */
+				rd_kafka_get_watermark_offsets(s->rk, p->topic, p->partition, &lo, &hi);
+			if (p && p->assigned && (msg->offset == p->next || (p->next < 0 && lo >= 0 && msg->offset == lo)))
+				p->at_end = 1;
+		} else if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
 			mfs_warn("serve", "msg=\"consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
+		}
 		rd_kafka_message_destroy(msg);
 		return 0;
 	}
@@ -264,6 +290,7 @@ static int handle(svc_t *s, rd_kafka_message_t *msg)
 		rd_kafka_message_destroy(msg);
 		return mfs_errf(s->err, sizeof s->err, ENOMEM, "out of memory");
 	}
+	p->at_end = 0;
 	int64_t offset = msg->offset;
 	if (p->next >= 0 && offset < p->next) {
 		rd_kafka_message_destroy(msg); /* already taken in (a re-delivery): exactly once */
@@ -462,6 +489,12 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 		}
 		if (s.dlq)
 			rd_kafka_poll(s.dlq, 0);
+		if (c->serve_exit_at_end && all_at_end(&s)) {
+			mfs_info("serve", "msg=\"every assigned partition read to its end: stopping (serve.exit_at_end)\" "
+			                  "partitions=%zu",
+			         s.n_parts);
+			break;
+		}
 	}
 	if (s.fatal) {
 		rc = s.fatal;

@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh build      configure and build build-dev (sm_90, Release)
 #   scripts/gpu-check.sh tests      GPU tests, then the serve integration tests on the CUDA
 #                                   engine (MFS_TEST_ENGINE=cuda), compute-sanitizer memcheck
-#                                   and racecheck on the persistent-kernel test (quick mode: a
+#                                   and racecheck around serve --engine cuda (the exit-at-end
+#                                   test) and on the persistent-kernel test (quick mode: a
 #                                   short stream through the device ring, growth, loss beside)
 #   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
 #                                   (12 M events, 64 partitions, 4 producers), latency, a rate-limited
@@ -62,7 +63,7 @@ tests)
 	step test_cuda_persistent 120 "$build/tests/test_cuda_persistent"
 	step test_cuda_parity 120 "$build/tests/test_cuda_parity"
 	for t in test_serve_mock test_serve_kill9 test_serve_backpressure test_serve_reader test_serve_faults \
-		test_serve_rebalance_paused; do
+		test_serve_rebalance_paused test_serve_exit_at_end; do
 		mkdir -p "$out/tmp/$t"
 		step "cuda-$t" 100 env MFS_TEST_ENGINE=cuda MFS_BIN="$build/mfstream" TMPDIR="$out/tmp/$t" "$build/tests/$t"
 		# the serve logs, flat (OUT keeps only shallow paths)
@@ -71,6 +72,19 @@ tests)
 			cp "$f" "$out/cuda-$t.serve$n.log" && n=$((n + 1))
 		done
 		rm -rf "$out/tmp/$t"
+	done
+	# serve itself under the sanitizers: MFS_BIN is a wrapper that execs compute-sanitizer
+	# around mfstream; test_serve_exit_at_end needs no signal to stop serve (the sanitizer
+	# loses the exit status of a target stopped by SIGTERM), and a sanitizer error (exit 9)
+	# fails its exit-status check
+	for tool in memcheck racecheck; do
+		w=/tmp/mfs-$tool-serve.sh
+		printf '#!/bin/sh\nexec %s --tool %s --error-exitcode 9 %s "$@"\n' "$san" "$tool" "$PWD/$build/mfstream" >"$w"
+		chmod +x "$w"
+		mkdir -p "/tmp/gc-$tool"
+		step "$tool-serve" 300 env MFS_TEST_ENGINE=cuda MFS_BIN="$w" TMPDIR="/tmp/gc-$tool" \
+			"$build/tests/test_serve_exit_at_end"
+		grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/gc-$tool/*/serve.log 2>/dev/null | sort | uniq -c
 	done
 	step memcheck 150 env MFS_TEST_QUICK=1 "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
 	step racecheck 150 env MFS_TEST_QUICK=1 "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_persistent"
