@@ -29,7 +29,8 @@
  * default; NAME labels the row. A NAME starting with "ring" (ring, ring/B) runs each epoch
  * through the persistent kernel's device ring in pieces of B ratings (default 262144,
  * mfs_engine_sgd_set_stream): the kernel fed from the ring against one launch over the set,
- * on the same data and row modes.
+ * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
+ * kernel the whole GPU (engine conf whole_gpu) instead of leaving room for a loss kernel.
  */
 #include <math.h>
 #include <pthread.h>
@@ -155,7 +156,7 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	const char *sl = strchr(variant, '/');
 	const size_t ring_batch = sl && atol(sl + 1) > 0 ? (size_t)atol(sl + 1) : 262144;
 	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
-	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring};
+	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring, !strncmp(variant, "ringfull", 8)};
 	mfs_engine_t *e;
 	char err[256];
 	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {

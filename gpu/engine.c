@@ -69,6 +69,10 @@ void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
 	out->deterministic = c->engine_deterministic;
 	out->device = (int)c->engine_device;
 	out->persistent = c->engine_persistent;
+	/* a loss kernel per batch needs room beside the persistent kernel; without one the kernel
+	 * takes the whole GPU and the full pass (every serve.fullpass_ms) and snapshot gathers stop
+	 * and relaunch it (tens of microseconds each) */
+	out->whole_gpu = !c->serve_prequential;
 	out->seed = (uint64_t)c->model_seed;
 	out->dtype = c->model_dtype;
 }

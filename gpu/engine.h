@@ -65,9 +65,13 @@ typedef struct mfs_engine_conf {
 	int dtype;         /* factor storage on the device: MFS_DTYPE_FP32 or MFS_DTYPE_FP16 (the CPU
 	                      engine and the host model are always fp32; arithmetic is fp32) */
 	int persistent;    /* CUDA: streaming batches (mfs_engine_sgd) through the persistent kernel's ring */
+	int whole_gpu;     /* CUDA persistent kernel: 1 = every block slot of the GPU, and a loss or gather
+	                      call stops it and the next batch relaunches it; 0 = leave one loss block per
+	                      SM free so those run beside it (for callers that score every batch) */
 } mfs_engine_conf_t;
 
-/** Fill an engine conf from the configuration table (engine.*, model.seed, model.dtype). */
+/** Fill an engine conf from the configuration table (engine.*, model.seed, model.dtype;
+ *  whole_gpu unless serve.prequential scores every batch). */
 void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out);
 /** Hyperparameters from the configuration table (sgd.* lambdas, rating.min/max as the clip
  *  range) with learning rate lr (the controller's current rate, or sgd.lr). */

@@ -1317,7 +1317,8 @@ static void pk_free(struct cuda_impl *c)
 }
 
 /* Allocate the ring and size the grid: SMs x (occupancy - the blocks a loss kernel needs), so
- * the loss and gather kernels of full passes, prequential scoring and snapshots run beside it. */
+ * the loss and gather kernels of full passes, prequential scoring and snapshots run beside it;
+ * with conf.whole_gpu (nobody scores every batch) SMs x occupancy, and those calls stop it. */
 static int pk_open(mfs_engine_t *e)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -1374,7 +1375,7 @@ static int pk_open(mfs_engine_t *e)
 	if (reserve < 1)
 		reserve = 1;
 	const char *pb = getenv("MFS_CUDA_PK_BLOCKS_PER_SM"); /* experiments */
-	int use = pb && atoi(pb) > 0 ? atoi(pb) : bps - reserve;
+	int use = pb && atoi(pb) > 0 ? atoi(pb) : e->conf.whole_gpu ? bps : bps - reserve;
 	/* the persistent kernel uses no shared memory, so the loss kernel's small static block
 	 * reduction always fits; registers (and threads, far from the limit) decide */
 	h->beside = use + reserve <= bps;

@@ -21,10 +21,12 @@
 #include "testhelp.h"
 
 static int g_fp16;
+static int g_whole; /* the persistent kernel takes the whole GPU: loss and gather calls stop it */
 
 static mfs_engine_t *open_cuda(mfs_model_t *m, int persistent)
 {
-	mfs_engine_conf_t ec = {MFS_ENGINE_CUDA, 1, 0, 0, 1, g_fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, persistent};
+	mfs_engine_conf_t ec = {MFS_ENGINE_CUDA, 1, 0, 0, 1, g_fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, persistent,
+	                        g_whole};
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
@@ -230,6 +232,14 @@ static double planted_rmse(int kind, int k, int persistent)
 
 static void test_exactly_once_k32(void) { exactly_once(32); }
 static void test_exactly_once_k128(void) { exactly_once(128); }
+/* the same with the whole GPU: every loss pass and gather stops the kernel, the next batch
+ * relaunches it */
+static void test_exactly_once_whole_gpu(void)
+{
+	g_whole = 1;
+	exactly_once(32);
+	g_whole = 0;
+}
 
 /* The ring must learn at least as well as the launch-per-batch path it replaces (both use the
  * sampled hot-row modes of streaming batches). The CPU engine's RMSE is printed beside: on this
@@ -251,6 +261,7 @@ int main(void)
 	for (g_fp16 = 0; g_fp16 <= 1; g_fp16++) {
 		TEST_RUN(test_exactly_once_k32);
 		TEST_RUN(test_exactly_once_k128);
+		TEST_RUN(test_exactly_once_whole_gpu);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}

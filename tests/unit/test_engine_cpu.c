@@ -684,12 +684,15 @@ static void test_registry(void)
 	TEST_EQ_INT(ec.deterministic, 0);
 	TEST_EQ_INT(ec.device, 0);
 	TEST_EQ_INT(ec.seed, 42);
+	TEST_EQ_INT(ec.whole_gpu, 0); /* serve.prequential scores every batch: room beside */
 	char err[256];
 	TEST_OK(mfs_conf_set(&c, "engine.kind", "cuda", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "engine.threads", "3", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "engine.deterministic", "true", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "model.seed", "1234", err, sizeof err));
+	TEST_OK(mfs_conf_set(&c, "serve.prequential", "false", err, sizeof err));
 	mfs_engine_conf_from(&c, &ec);
+	TEST_EQ_INT(ec.whole_gpu, 1);
 	TEST_EQ_INT(ec.kind, MFS_ENGINE_CUDA);
 	TEST_EQ_INT(ec.threads, 3);
 	TEST_EQ_INT(ec.deterministic, 1);
