@@ -119,6 +119,32 @@ static void sh_watermarks(const char *bootstraps, const char *topic, int parts, 
 		rd_kafka_destroy(rk);
 }
 
+/* What every serve test starts from: a mock cluster with one topic, and a fresh temporary
+ * directory holding the snapshot (dir/snap) and serve's log (dir/serve.log). */
+typedef struct sh_env {
+	mfs_mock_broker_t *mb;
+	const char *bs; /* the cluster's bootstrap servers */
+	char dir[300], snap[320], log[320];
+} sh_env_t;
+
+/* @return 0 when ready; else -1, the failure already asserted. Close with sh_env_close. */
+static int sh_env_open(sh_env_t *v, int brokers, const char *topic, int parts)
+{
+	char e[512];
+	memset(v, 0, sizeof *v);
+	TEST_OK(mfs_mock_broker_open(brokers, &v->mb, e, sizeof e));
+	if (!v->mb)
+		return -1;
+	v->bs = mfs_mock_broker_bootstraps(v->mb);
+	TEST_OK(mfs_mock_broker_create_topic(v->mb, topic, parts, e, sizeof e));
+	snprintf(v->dir, sizeof v->dir, "%s", test_tmpdir());
+	snprintf(v->snap, sizeof v->snap, "%s/snap", v->dir);
+	snprintf(v->log, sizeof v->log, "%s/serve.log", v->dir);
+	return 0;
+}
+
+static void sh_env_close(sh_env_t *v) { mfs_mock_broker_close(v->mb); }
+
 /* Extra `serve` arguments appended by sh_spawn (NULL-terminated; tests set it). */
 static const char *sh_extra_args[32];
 
@@ -425,10 +451,10 @@ static long sh_log_count(const char *path, const char *s)
 	return n;
 }
 
-/* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). */
-static int sh_stop(pid_t pid, double timeout_s)
+/* Wait up to timeout_s for the child to exit; its exit status (-1: killed by a signal, or
+ * still running at the timeout: then it is killed). */
+static int sh_wait_exit(pid_t pid, double timeout_s)
 {
-	kill(pid, SIGTERM);
 	double end = mfs_now_s() + timeout_s;
 	int st;
 	for (;;) {
@@ -443,6 +469,13 @@ static int sh_stop(pid_t pid, double timeout_s)
 		struct timespec ts = {0, 20 * 1000000};
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). */
+static int sh_stop(pid_t pid, double timeout_s)
+{
+	kill(pid, SIGTERM);
+	return sh_wait_exit(pid, timeout_s);
 }
 
 #endif

@@ -46,17 +46,11 @@ static long log_value(const char *path, const char *msg, const char *key)
 
 static void test_backpressure(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-bp";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-bp";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 11);
 	/* 512-event batches, 15 ms each, through a 2-slot ring: the topic is consumed far faster
 	 * than it is applied; librdkafka's own prefetch is kept small too */
@@ -91,7 +85,7 @@ static void test_backpressure(void)
 	TEST_ASSERT_MSG(peak > 0 && peak < RSS_LIMIT_KB, "peak RSS %ld KiB", peak);
 	/* nothing dropped, nothing twice */
 	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

@@ -16,35 +16,13 @@
 #define N_PARTS 3
 #define N_EVENTS 40000
 
-/* wait up to timeout_s for pid to exit on its own; its exit status, or -1 (signal, or still
- * running: then it is killed) */
-static int wait_exit(pid_t pid, double timeout_s)
-{
-	double end = mfs_now_s() + timeout_s;
-	int st;
-	while (mfs_now_s() < end) {
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
-	return -1;
-}
-
 static void test_backlog_then_exit(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-end";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-end";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 21);
 	const char *extra[] = {"--serve.exit_at_end", "true", "--test.apply_delay_ms", "15", "--serve.ring_batches", "2",
 	                       "--kafka.fetch.wait.max.ms", "20", "--kafka.fetch.error.backoff.ms", "20", "--log.level", "debug", NULL};
@@ -52,7 +30,7 @@ static void test_backlog_then_exit(void)
 		sh_extra_args[j] = extra[j];
 	double t0 = mfs_now_s();
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-end", log, NULL);
-	int st = wait_exit(pid, 120);
+	int st = sh_wait_exit(pid, 120);
 	fprintf(stderr, "  exited with %d after %.1f s\n", st, mfs_now_s() - t0);
 	TEST_ASSERT_MSG(st == 0, "serve exited with %d, want 0 (log %s)", st, log);
 	TEST_EQ_INT(sh_log_count(log, "read to its end"), 1);
@@ -62,32 +40,26 @@ static void test_backlog_then_exit(void)
 	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
 	for (int j = 0; extra[j]; j++)
 		sh_extra_args[j] = NULL;
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 static void test_empty_topic(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-empty";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-empty";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	const char *snap = v.snap, *log = v.log;
 	sh_extra_args[0] = "--serve.exit_at_end";
 	sh_extra_args[1] = "true";
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-end-empty", log, NULL);
-	int st = wait_exit(pid, 60);
+	pid_t pid = sh_spawn(v.bs, topic, snap, "mfs-test-end-empty", log, NULL);
+	int st = sh_wait_exit(pid, 60);
 	TEST_ASSERT_MSG(st == 0, "serve exited with %d, want 0 (log %s)", st, log);
 	TEST_EQ_INT(sh_log_count(log, "read to its end"), 1);
 	sh_snap_t s = sh_read(snap);
 	TEST_EQ_INT(s.events + s.held_out, 0);
 	sh_extra_args[0] = sh_extra_args[1] = NULL;
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

@@ -34,18 +34,12 @@ static void sample_for(const char *snap, double seconds)
 
 static void test_faults(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(3, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-faults";
+	if (sh_env_open(&v, 3, topic, N_PARTS))
 		return;
-	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(mb);
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-faults";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(v.mb);
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N1, 7);
 	sh_produce_bad(bs, topic, N_PARTS);
 	/* slow the learner a little so the faults land mid-stream */
@@ -101,7 +95,7 @@ static void test_faults(void)
 	TEST_ASSERT_MSG(bad == 0, "%d of %d snapshots break the invariant", bad, n_samples);
 	fprintf(stderr, "  %d snapshots checked, %" PRIu64 " events applied exactly once through the faults\n", n_samples,
 	        total);
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

@@ -35,13 +35,11 @@ static void sample(const sh_snap_t *s)
 
 static void test_kill9_exactly_once(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-k9";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-k9";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	unsigned seed = (unsigned)time(NULL);
 	srand(seed);
 	fprintf(stderr, "  random seed %u\n", seed);
@@ -51,10 +49,7 @@ static void test_kill9_exactly_once(void)
 	sh_extra_args[1] = "0.05";
 	sh_extra_args[2] = "--serve.fullpass_ms";
 	sh_extra_args[3] = "200";
-	char dir[300], snap[320], log[320], group[64];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	char group[64];
 	uint64_t total = 0;
 	int kills = 0;
 	for (int r = 0; r < ROUNDS; r++) {
@@ -118,7 +113,7 @@ static void test_kill9_exactly_once(void)
 	TEST_ASSERT_MSG(bad == 0, "%d of %d snapshots break the invariant", bad, n_samples);
 	fprintf(stderr, "  %d kills, %d snapshots checked, %" PRIu64 " events applied or held out exactly once\n", kills,
 	        n_samples, total);
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

@@ -155,21 +155,16 @@ static void check_metrics(const char *log, uint64_t n)
 static void test_serve_exactly_once(void)
 {
 	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(3, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings";
+	if (sh_env_open(&v, 3, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	TEST_OK(mfs_mock_broker_create_topic(mb, "dead-letters", 1, e, sizeof e));
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
+	TEST_OK(mfs_mock_broker_create_topic(v.mb, "dead-letters", 1, e, sizeof e));
 	uint64_t n = sh_produce_valid(bs, topic, N_EVENTS, 11);
 	TEST_EQ_INT(n, N_EVENTS);
 	sh_produce_bad(bs, topic, N_PARTS);
 
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
 	double t0 = mfs_now_s();
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters");
 	int died;
@@ -230,7 +225,7 @@ static void test_serve_exactly_once(void)
 		TEST_ASSERT(m.mu > 1 && m.mu < 5);
 		mfs_snap_close(h);
 	}
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

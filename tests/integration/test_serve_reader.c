@@ -144,18 +144,13 @@ static void reader_main(const char *snap, const char *path)
 
 static void test_reader_sees_whole_snapshots(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-reader";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-reader";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320], looks[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
-	snprintf(looks, sizeof looks, "%s/looks.bin", dir);
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
+	char looks[320];
+	snprintf(looks, sizeof looks, "%s/looks.bin", v.dir);
 	sh_extra_args[0] = "--serve.holdout_fraction";
 	sh_extra_args[1] = "0.1";
 	sh_extra_args[2] = "--test.apply_delay_ms";
@@ -221,7 +216,7 @@ static void test_reader_sees_whole_snapshots(void)
 	TEST_ASSERT_MSG(n > 100 && seqs >= 5, "too few looks (%ld) or snapshots (%" PRIu64 ")", n, seqs);
 	TEST_EQ_INT(bad, 0);
 	sh_topic_free(&t);
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)

@@ -27,18 +27,12 @@ static long wait_lines(const char *path, const char *s, long after, double secon
 
 static void test_rebalance_while_paused(void)
 {
-	char e[512];
-	mfs_mock_broker_t *mb = NULL;
-	TEST_OK(mfs_mock_broker_open(1, &mb, e, sizeof e));
-	if (!mb)
+	sh_env_t v;
+	const char *topic = "ratings-rbp";
+	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
-	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(mb);
-	const char *bs = mfs_mock_broker_bootstraps(mb), *topic = "ratings-rbp";
-	TEST_OK(mfs_mock_broker_create_topic(mb, topic, N_PARTS, e, sizeof e));
-	char dir[300], snap[320], log[320];
-	snprintf(dir, sizeof dir, "%s", test_tmpdir());
-	snprintf(snap, sizeof snap, "%s/snap", dir);
-	snprintf(log, sizeof log, "%s/serve.log", dir);
+	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(v.mb);
+	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 23);
 	const char *extra[] = {"--test.apply_delay_ms", "15", "--serve.ring_batches", "2", "--log.level", "debug", NULL};
 	for (int j = 0; extra[j]; j++)
@@ -68,7 +62,7 @@ static void test_rebalance_while_paused(void)
 	        revoked_paused, total);
 	TEST_ASSERT_MSG(revoked_paused >= 1, "no rebalance was requested while paused (log %s)", log);
 	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
-	mfs_mock_broker_close(mb);
+	sh_env_close(&v);
 }
 
 int main(void)
