@@ -313,7 +313,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 {
 	int rc;
 	size_t nt = 0, nh = 0;
-	double frac = l->c->serve_holdout_fraction, sum = 0;
+	double sum = 0;
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	/* users, then items, each in event order: the same rows as event by event (the two maps
@@ -327,7 +327,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		if ((rc = mfs_touched_mark(&l->tu, ru)) || (rc = mfs_touched_mark(&l->ti, ri)))
 			return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 		sum += ev->rating;
-		if (frac > 0 && b->held && b->held[j]) {
+		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
 			l->hi_[nh] = ri;
 			l->hr_[nh++] = ev->rating;
