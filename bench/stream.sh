@@ -50,6 +50,9 @@ wait_applied() { # dir n: until the snapshot in dir counts n events; fails after
 		sleep 0.1
 	done
 }
+stopped() { # log key: key's value in serve's last "msg=stopped" line
+	grep -o 'msg=stopped.*' "$1" | tail -1 | grep -o "$2=[^ ]*" | cut -d= -f2
+}
 thread_ticks() { # pid -> "comm ticks" per thread (utime + stime), for the per-thread CPU profile
 	local t
 	for t in /proc/"$1"/task/*; do
@@ -126,9 +129,9 @@ for epm in ${EPM:-100 1000}; do
 	thread_ticks $spid >"$tmp/ticks1"
 	cat "$tmp"/produce-ticks-* | sed 's/^/produce /' >>"$tmp/ticks1"
 	kill -TERM $spid && wait $spid
-	p50=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
-	p99=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
-	pz=$(grep -o 'msg=stopped.*' "$tmp/serve-$epm.log" | grep -o 'pauses=[^ ]*' | cut -d= -f2)
+	p50=$(stopped "$tmp/serve-$epm.log" latency_p50_ms)
+	p99=$(stopped "$tmp/serve-$epm.log" latency_p99_ms)
+	pz=$(stopped "$tmp/serve-$epm.log" pauses)
 	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
 	ps=$("$py" -c "print(f'{$tp-$t0:.2f}')")
 	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
@@ -156,11 +159,10 @@ for rate in 50000 200000; do
 		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
 	wait_applied "$d" "$m"
 	kill -TERM $spid && wait $spid
-	line=$(grep -o 'msg=stopped.*' "$tmp/serve-lat-$rate.log")
-	p50=$(echo "$line" | grep -o 'latency_p50_ms=[^ ]*' | cut -d= -f2)
-	p99=$(echo "$line" | grep -o 'latency_p99_ms=[^ ]*' | cut -d= -f2)
-	a50=$(echo "$line" | grep -o 'applied_p50_ms=[^ ]*' | cut -d= -f2)
-	a99=$(echo "$line" | grep -o 'applied_p99_ms=[^ ]*' | cut -d= -f2)
+	p50=$(stopped "$tmp/serve-lat-$rate.log" latency_p50_ms)
+	p99=$(stopped "$tmp/serve-lat-$rate.log" latency_p99_ms)
+	a50=$(stopped "$tmp/serve-lat-$rate.log" applied_p50_ms)
+	a99=$(stopped "$tmp/serve-lat-$rate.log" applied_p99_ms)
 	printf '%-6s %-14s %10s %12s %10s %12s %12s %14s %14s\n' "$sync" "$rate" 100 250 "$m" "$p50" "$p99" "$a50" "$a99"
 	echo "$sync,$rate,100,250,$m,$p50,$p99,$a50,$a99" >>"$csv"
 done
@@ -190,9 +192,8 @@ wait_applied "$d" "$ts_n"
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
-line=$(grep -o 'msg=stopped.*' "$tmp/serve-ts.log")
 for key in latency_p50_ms latency_p99_ms applied_p50_ms applied_p99_ms; do
-	printf '%s=%s ' "$key" "$(echo "$line" | grep -o "$key=[^ ]*" | cut -d= -f2)"
+	printf '%s=%s ' "$key" "$(stopped "$tmp/serve-ts.log" "$key")"
 done
 echo "(time series: $ts_n events at ${TS_RATE:-100000}/s; latency_* is message create -> snapshot-visible)"
 echo "wrote $csv ($(($(wc -l <"$csv") - 1)) samples)"
