@@ -7,6 +7,10 @@
  *   model (prequential: test, then train) -> fold its ratings into the running mean -> SGD on
  *   the training part -> append to the retained windows -> advance the applied offsets and the
  *   counters that travel with the batch (rejections, digest, held out).
+ * A large batch's rows are resolved on two threads: the users' on the rows thread
+ * (rows_main), the items' on the learner; the two halves of the model share nothing
+ * (model_store/store.h), and each side still adds its new ids in event order, so the rows are
+ * those of a single thread.
  * A snapshot therefore always sits between two batches, and the offsets it stores name exactly
  * the messages whose events the published rows contain (docs/STREAMING.md, "Exactly once").
  * The snapshot is staged there (touched rows copied, offsets and counters captured) and
@@ -36,6 +40,10 @@
 #include "snapshots/snap_format.h"
 #include "snapshots/snap_writer.h"
 
+/* Batches of at least this many events resolve users and items on two threads. Below it the
+ * hand-over (a condition-variable wake, ~10-50 us) would cost more than it saves: one side of a
+ * batch this size is some 100 us of lookups. */
+#define ROWS_SPLIT_MIN 4096
 #define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then one overflow bucket */
 #define APL_BUCKETS 100001 /* 0.1 ms buckets up to 10 s, then one overflow bucket */
 
@@ -149,6 +157,13 @@ struct mfs_learner {
 	size_t wcap;
 	uint32_t grown_users, grown_items;
 	mfs_touched_t tu, ti;
+	/* the rows thread: the users' side of a large batch (side_rows), one job at a time */
+	pthread_t rthread;
+	int rstarted, rquit, rstate; /* rstate: JOB_IDLE, JOB_POSTED, JOB_DONE */
+	pthread_mutex_t rmu;
+	pthread_cond_t rcv;
+	const mfs_ebatch_t *rbatch;
+	int rrc;
 	applied_off_t *offs;
 	size_t n_offs;
 	uint64_t rejected[MFS_REJ__COUNT];
@@ -202,30 +217,43 @@ static int window_add(window_t *w, const uint32_t *u, const uint32_t *i, const f
 {
 	if (w->cap == 0)
 		return 0;
-	for (size_t j = 0; j < n; j++) {
-		if (w->n < w->cap && w->n == w->alloc) {
-			size_t na = w->alloc ? w->alloc * 2 : 4096;
-			if (na > w->cap)
-				na = w->cap;
-			uint32_t *nu = realloc(w->u, na * sizeof *nu);
-			if (nu)
-				w->u = nu;
-			uint32_t *ni = realloc(w->i, na * sizeof *ni);
-			if (ni)
-				w->i = ni;
-			float *nr = realloc(w->r, na * sizeof *nr);
-			if (nr)
-				w->r = nr;
-			if (!nu || !ni || !nr)
-				return ENOMEM;
-			w->alloc = na;
+	while (n) {
+		size_t at, run;
+		if (w->n < w->cap) { /* filling: append, growing the arrays by doubling up to cap */
+			run = n < w->cap - w->n ? n : w->cap - w->n;
+			if (w->n + run > w->alloc) {
+				size_t na = w->alloc ? w->alloc * 2 : 4096;
+				while (na < w->n + run)
+					na *= 2;
+				if (na > w->cap)
+					na = w->cap;
+				uint32_t *nu = realloc(w->u, na * sizeof *nu);
+				if (nu)
+					w->u = nu;
+				uint32_t *ni = realloc(w->i, na * sizeof *ni);
+				if (ni)
+					w->i = ni;
+				float *nr = realloc(w->r, na * sizeof *nr);
+				if (nr)
+					w->r = nr;
+				if (!nu || !ni || !nr)
+					return ENOMEM;
+				w->alloc = na;
+			}
+			at = w->n;
+			w->n += run;
+		} else { /* full: overwrite the oldest, from pos on */
+			at = w->pos;
+			run = n < w->cap - at ? n : w->cap - at;
+			w->pos = (at + run) % w->cap;
 		}
-		size_t at = w->n < w->cap ? w->n++ : w->pos;
-		if (w->n == w->cap && at == w->pos)
-			w->pos = (w->pos + 1) % w->cap;
-		w->u[at] = u[j];
-		w->i[at] = i[j];
-		w->r[at] = r[j];
+		memcpy(w->u + at, u, run * sizeof *u);
+		memcpy(w->i + at, i, run * sizeof *i);
+		memcpy(w->r + at, r, run * sizeof *r);
+		u += run;
+		i += run;
+		r += run;
+		n -= run;
 	}
 	return 0;
 }
@@ -309,6 +337,64 @@ static int work_reserve(mfs_learner_t *l, size_t n)
 	return 0;
 }
 
+/* One side of a batch (0 users, 1 items): its events' rows in event order, new ids added
+ * and initialized, and the rows marked touched for the next snapshot. Touches only that
+ * side's half of the model and its own arrays, so the two sides can run at once. */
+static int side_rows(mfs_learner_t *l, int side, const mfs_ebatch_t *b)
+{
+	uint32_t *rows = side ? l->ri_ : l->ru_;
+	mfs_touched_t *t = side ? &l->ti : &l->tu;
+	int rc = mfs_model_rows(l->m, side, side ? &b->ev[0].item : &b->ev[0].user, sizeof *b->ev, b->n, rows);
+	for (size_t j = 0; !rc && j < b->n; j++)
+		rc = mfs_touched_mark(t, rows[j]);
+	return rc;
+}
+
+static void *rows_main(void *arg)
+{
+	mfs_learner_t *l = arg;
+	mfs_thread_name("mfs-rows");
+	pthread_mutex_lock(&l->rmu);
+	for (;;) {
+		while (!l->rquit && l->rstate != JOB_POSTED)
+			pthread_cond_wait(&l->rcv, &l->rmu);
+		if (l->rquit)
+			break;
+		const mfs_ebatch_t *b = l->rbatch;
+		pthread_mutex_unlock(&l->rmu);
+		int rc = side_rows(l, 0, b);
+		pthread_mutex_lock(&l->rmu);
+		l->rrc = rc;
+		l->rstate = JOB_DONE;
+		pthread_cond_broadcast(&l->rcv);
+	}
+	pthread_mutex_unlock(&l->rmu);
+	return NULL;
+}
+
+/* Both sides of a batch: users on the rows thread while the learner does items, when the
+ * batch is large enough to pay for the hand-over. @return the first error. */
+static int batch_rows(mfs_learner_t *l, const mfs_ebatch_t *b)
+{
+	if (!l->rstarted || b->n < ROWS_SPLIT_MIN) {
+		int rc = side_rows(l, 0, b);
+		return rc ? rc : side_rows(l, 1, b);
+	}
+	pthread_mutex_lock(&l->rmu);
+	l->rbatch = b;
+	l->rstate = JOB_POSTED;
+	pthread_cond_broadcast(&l->rcv);
+	pthread_mutex_unlock(&l->rmu);
+	int rc = side_rows(l, 1, b);
+	pthread_mutex_lock(&l->rmu);
+	while (l->rstate != JOB_DONE)
+		pthread_cond_wait(&l->rcv, &l->rmu);
+	l->rstate = JOB_IDLE;
+	int urc = l->rrc;
+	pthread_mutex_unlock(&l->rmu);
+	return urc ? urc : rc;
+}
+
 static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 {
 	int rc;
@@ -316,16 +402,13 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	double sum = 0;
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
-	/* users, then items, each in event order: the same rows as event by event (the two maps
-	 * are independent), with the lookups' cache misses overlapped */
-	if (b->n && ((rc = mfs_model_rows(l->m, 0, &b->ev[0].user, sizeof *b->ev, b->n, l->ru_)) ||
-	             (rc = mfs_model_rows(l->m, 1, &b->ev[0].item, sizeof *b->ev, b->n, l->ri_))))
+	/* each side in event order: the same rows as event by event (the two maps are
+	 * independent), with the lookups' cache misses overlapped */
+	if (b->n && (rc = batch_rows(l, b)))
 		return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 	for (size_t j = 0; j < b->n; j++) {
 		const mfs_event_t *ev = &b->ev[j];
 		const uint32_t ru = l->ru_[j], ri = l->ri_[j];
-		if ((rc = mfs_touched_mark(&l->tu, ru)) || (rc = mfs_touched_mark(&l->ti, ri)))
-			return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 		sum += ev->rating;
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
@@ -733,6 +816,8 @@ static void *thread_main(void *arg)
 	if (rc)
 		return NULL;
 	stats_update(l);
+	/* without the rows thread every batch resolves its rows on this one (batch_rows) */
+	l->rstarted = pthread_create(&l->rthread, NULL, rows_main, l) == 0;
 	if ((rc = pthread_create(&l->wthread, NULL, writer_main, l))) {
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {
@@ -745,6 +830,14 @@ static void *thread_main(void *arg)
 		pthread_cond_broadcast(&l->wcv);
 		pthread_mutex_unlock(&l->wmu);
 		pthread_join(l->wthread, NULL);
+	}
+	if (l->rstarted) {
+		pthread_mutex_lock(&l->rmu);
+		l->rquit = 1;
+		pthread_cond_broadcast(&l->rcv);
+		pthread_mutex_unlock(&l->rmu);
+		pthread_join(l->rthread, NULL);
+		l->rstarted = 0;
 	}
 	if (rc) {
 		mfs_error("serve", "msg=\"learner stopped\" err=\"%s\"", l->err);
@@ -777,6 +870,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 	pthread_cond_init(&l->cv, NULL);
 	pthread_mutex_init(&l->wmu, NULL);
 	pthread_cond_init(&l->wcv, NULL);
+	pthread_mutex_init(&l->rmu, NULL);
+	pthread_cond_init(&l->rcv, NULL);
 	int rc;
 	if (lat_init(&l->snap_lat, LAT_BUCKETS, 1.0) || lat_init(&l->apl_lat, APL_BUCKETS, 0.1)) {
 		rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
@@ -926,5 +1021,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->wmu);
 	pthread_cond_destroy(&l->wcv);
+	pthread_mutex_destroy(&l->rmu);
+	pthread_cond_destroy(&l->rcv);
 	free(l);
 }

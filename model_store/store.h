@@ -13,7 +13,9 @@
  * incrementally (a bounded number of buckets per insert, Redis dict.c style); factor arrays
  * double in capacity, so a row index stays valid forever but the array pointers change after
  * mfs_model_add_*: engines read m->P / m->Q afresh for every batch. Not thread-safe: one
- * writer (the ingest/train thread) adds rows at batch boundaries.
+ * writer (the ingest/train thread) adds rows at batch boundaries. The one exception: the
+ * users' and the items' halves (idmap, factors, bias, n_ and cap_) share nothing, so
+ * mfs_model_rows may run for users on one thread while it runs for items on another.
  */
 #ifndef MFS_STORE_H
 #define MFS_STORE_H

@@ -40,20 +40,27 @@ static const struct {
 };
 #define SH_N_BAD (sizeof sh_bad / sizeof sh_bad[0])
 
+/* The synthetic stream of the serve tests: n events of 3000 users x 1500 items (Zipf 0.8). */
+static void sh_synth_conf(mfs_conf_t *c, long n, long seed)
+{
+	char e[512], v[32];
+	if (mfs_conf_init(c))
+		exit(2);
+	snprintf(v, sizeof v, "%ld", n);
+	TEST_OK(mfs_conf_set(c, "gen.ratings", v, e, sizeof e));
+	snprintf(v, sizeof v, "%ld", seed);
+	TEST_OK(mfs_conf_set(c, "gen.seed", v, e, sizeof e));
+	TEST_OK(mfs_conf_set(c, "gen.users", "3000", e, sizeof e));
+	TEST_OK(mfs_conf_set(c, "gen.items", "1500", e, sizeof e));
+	TEST_OK(mfs_conf_set(c, "gen.zipf", "0.8", e, sizeof e));
+}
+
 /* n synthetic events (seed) into topic through mfs_produce_run. @return events delivered. */
 static uint64_t sh_produce_valid(const char *bootstraps, const char *topic, long n, long seed)
 {
 	mfs_conf_t c;
-	char e[512], v[32];
-	if (mfs_conf_init(&c))
-		exit(2);
-	snprintf(v, sizeof v, "%ld", n);
-	TEST_OK(mfs_conf_set(&c, "gen.ratings", v, e, sizeof e));
-	snprintf(v, sizeof v, "%ld", seed);
-	TEST_OK(mfs_conf_set(&c, "gen.seed", v, e, sizeof e));
-	TEST_OK(mfs_conf_set(&c, "gen.users", "3000", e, sizeof e));
-	TEST_OK(mfs_conf_set(&c, "gen.items", "1500", e, sizeof e));
-	TEST_OK(mfs_conf_set(&c, "gen.zipf", "0.8", e, sizeof e));
+	char e[512];
+	sh_synth_conf(&c, n, seed);
 	mfs_evsrc_t *src = NULL;
 	mfs_producer_t *p = NULL;
 	uint64_t got = 0;

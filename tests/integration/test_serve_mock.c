@@ -152,6 +152,46 @@ static void check_metrics(const char *log, uint64_t n)
 	        metric(body, "mfstream_snapshot_age_seconds"));
 }
 
+/* Every user and item of the produced stream (sh_synth_conf, seed) has a row in the snapshot,
+ * and the snapshot has no others: a large batch resolves its users and items on two threads
+ * (learner.c, batch_rows), and neither side may lose, swap or invent an id. */
+static void check_ids(mfs_snap_t *h, const mfs_snap_meta_t *m, long n, long seed)
+{
+	mfs_conf_t c;
+	char e[512];
+	sh_synth_conf(&c, n, seed);
+	mfs_evsrc_t *src = NULL;
+	TEST_OK(mfs_evsrc_open_synth(&c, &src, e, sizeof e));
+	static unsigned char seen_u[1 << 16], seen_i[1 << 16];
+	memset(seen_u, 0, sizeof seen_u);
+	memset(seen_i, 0, sizeof seen_i);
+	uint64_t users = 0, items = 0, missing = 0, events = 0;
+	float bias, vec[256];
+	mfs_event_t ev;
+	while (src && mfs_evsrc_next(src, &ev) == 1) {
+		events++;
+		TEST_ASSERT(ev.user.kind == MFS_ID_U64 && ev.item.kind == MFS_ID_U64 && ev.user.num < sizeof seen_u &&
+		            ev.item.num < sizeof seen_i && m->k <= 256);
+		mfs_snap_id_t u = {MFS_SNAP_ID_U64, ev.user.num, NULL, 0}, i = {MFS_SNAP_ID_U64, ev.item.num, NULL, 0};
+		if (!seen_u[ev.user.num]) {
+			seen_u[ev.user.num] = 1;
+			users++;
+			missing += mfs_snap_user(h, &u, &bias, vec) != 0;
+		}
+		if (!seen_i[ev.item.num]) {
+			seen_i[ev.item.num] = 1;
+			items++;
+			missing += mfs_snap_item(h, &i, &bias, vec) != 0;
+		}
+	}
+	TEST_EQ_INT(events, n);
+	TEST_EQ_INT(missing, 0);
+	TEST_EQ_INT(m->n_users, users);
+	TEST_EQ_INT(m->n_items, items);
+	mfs_evsrc_close(src);
+	mfs_conf_free(&c);
+}
+
 static void test_serve_exactly_once(void)
 {
 	char e[512];
@@ -165,8 +205,12 @@ static void test_serve_exactly_once(void)
 	TEST_EQ_INT(n, N_EVENTS);
 	sh_produce_bad(bs, topic, N_PARTS);
 
+	/* batches large enough (the backlog fills them) to resolve users and items on two threads */
+	sh_extra_args[0] = "--serve.batch_size";
+	sh_extra_args[1] = "16384";
 	double t0 = mfs_now_s();
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters");
+	sh_extra_args[0] = sh_extra_args[1] = NULL;
 	int died;
 	sh_snap_t s = sh_wait_events(snap, pid, n, 90, &died);
 	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
@@ -223,6 +267,7 @@ static void test_serve_exactly_once(void)
 		TEST_OK(mfs_snap_get_meta(h, &m));
 		TEST_ASSERT(m.n_users > 100 && m.n_items > 100 && m.k == sh_k());
 		TEST_ASSERT(m.mu > 1 && m.mu < 5);
+		check_ids(h, &m, N_EVENTS, 11);
 		mfs_snap_close(h);
 	}
 	sh_env_close(&v);
