@@ -63,4 +63,17 @@ static inline double mfs_rng_normal(mfs_rng_t *r)
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/** Two independent standard normals in float from one 64-bit draw (Box-Muller with both
+ * outputs, 24-bit uniforms; |z| < 5.8): about 3x cheaper per value than mfs_rng_normal, for
+ * bulk draws where float is enough (initial factors). */
+static inline void mfs_rng_normal2f(mfs_rng_t *r, float *z0, float *z1)
+{
+	uint64_t x = mfs_rng_next(r);
+	float u1 = (float)((x >> 40) + 1) * 0x1.0p-24f; /* (0, 1] */
+	float u2 = (float)((x >> 16) & 0xffffff) * 0x1.0p-24f;
+	float m = sqrtf(-2.0f * logf(u1)), t = 6.2831853f * u2;
+	*z0 = m * cosf(t);
+	*z1 = m * sinf(t);
+}
+
 #endif

@@ -14,8 +14,10 @@
  * A snapshot therefore always sits between two batches, and the offsets it stores name exactly
  * the messages whose events the published rows contain (docs/STREAMING.md, "Exactly once").
  * The snapshot is staged there (touched rows copied, offsets and counters captured) and
- * written to LMDB by a writer thread while the learner goes on; one is in flight at a time,
- * barriers (revocation, shutdown) wait for their commit, and offsets go to Kafka only after
+ * written to LMDB by a writer thread while the learner goes on; one is in flight at a time
+ * (a timer snapshot that falls due meanwhile is taken when the writer is free, so a slow disk
+ * makes snapshots larger and rarer, never training slower), barriers (revocation, shutdown)
+ * wait for their commit, and offsets go to Kafka only after
  * the commit of the snapshot that stores them.
  */
 #include "ingest/learner.h"
@@ -168,6 +170,7 @@ struct mfs_learner {
 	size_t n_offs;
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint64_t held_out, digest, messages, batches, snapshots;
+	uint64_t snap_deferred; /* timer snapshots put off while the writer was busy */
 	int dirty;
 	/* accuracy */
 	double pq_sse, pq_rmse_last;
@@ -561,6 +564,15 @@ static void *writer_main(void *arg)
 
 /* Take back the job the writer thread finished: freshness of what it newly covers, metrics,
  * the offset commit, stats. wait: block until it is done; else only if it already is. */
+/* Is a snapshot posted to the writer and not yet written? */
+static int writer_busy(mfs_learner_t *l)
+{
+	pthread_mutex_lock(&l->wmu);
+	int busy = l->job_state == JOB_POSTED;
+	pthread_mutex_unlock(&l->wmu);
+	return busy;
+}
+
 static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
 {
 	pthread_mutex_lock(&l->wmu);
@@ -740,6 +752,7 @@ static int run(mfs_learner_t *l)
 	double now = mfs_now_s(), next_snap = now + snap_period, next_pass = now + pass_period, next_log = now + 10;
 	double last_log_t = now;
 	uint64_t last_log_ev = l->m->events_applied + l->held_out;
+	int deferred = 0; /* the due timer snapshot waits for the writer */
 	for (;;) {
 		double wake = next_snap < next_pass ? next_snap : next_pass;
 		int tmo = (int)((wake - mfs_now_s()) * 1000.0) + 1;
@@ -765,6 +778,7 @@ static int run(mfs_learner_t *l)
 				if (barrier == MFS_EBATCH_FINAL)
 					return 0;
 				next_snap = mfs_now_s() + snap_period;
+				deferred = 0;
 			}
 		}
 		now = mfs_now_s();
@@ -773,13 +787,22 @@ static int run(mfs_learner_t *l)
 				return rc;
 			next_pass = now + pass_period;
 		}
-		if (now >= next_snap) {
-			if ((rc = snapshot(l, "timer", 0)))
-				return rc;
-			next_snap = now + snap_period;
-		}
 		if ((rc = job_finish(l, 0, 0)))
 			return rc;
+		if (now >= next_snap) {
+			if (writer_busy(l)) {
+				/* the last one is still being written (many rows, a slow disk): keep learning
+				 * and take this one the moment the writer is free, with every row touched
+				 * meanwhile, rather than wait for it; the loop looks again within 1 ms */
+				if (!deferred++)
+					l->snap_deferred++;
+			} else {
+				if ((rc = snapshot(l, "timer", 0)))
+					return rc;
+				next_snap = now + snap_period;
+				deferred = 0;
+			}
+		}
 		applied_poll(l);
 		if (b)
 			stats_update(l);
@@ -845,9 +868,9 @@ static void *thread_main(void *arg)
 	}
 	stats_update(l);
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
-	         " snapshots=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64
+	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64
 	         " applied_p50_ms=%.1f applied_p99_ms=%.1f",
-	         l->m->events_applied, l->held_out, l->messages, l->snapshots, lat_quantile(&l->snap_lat, 0.5),
+	         l->m->events_applied, l->held_out, l->messages, l->snapshots, l->snap_deferred, lat_quantile(&l->snap_lat, 0.5),
 	         lat_quantile(&l->snap_lat, 0.99), l->snap_lat.n, lat_quantile(&l->apl_lat, 0.5),
 	         lat_quantile(&l->apl_lat, 0.99));
 	l->thread_rc = rc;

@@ -92,9 +92,16 @@ void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 {
 	mfs_rng_t r;
 	mfs_rng_seed(&r, mfs_mix64(m->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(ent + 1)), row));
-	double sd = m->init_scale / sqrt((double)m->k);
-	for (int j = 0; j < m->k; j++)
-		out[j] = (float)(sd * mfs_rng_normal(&r));
+	/* float Box-Muller pairs: new ids' rows were ~20 % of the learner on a stream of new ids
+	 * with one double normal per factor, 3x the cost */
+	const float sd = (float)(m->init_scale / sqrt((double)m->k));
+	for (int j = 0; j < m->k; j += 2) {
+		float z0, z1;
+		mfs_rng_normal2f(&r, &z0, &z1);
+		out[j] = sd * z0;
+		if (j + 1 < m->k)
+			out[j + 1] = sd * z1;
+	}
 }
 
 static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row)

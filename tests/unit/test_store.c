@@ -160,6 +160,48 @@ static void test_model_rows(void)
 	mfs_model_free(b);
 }
 
+/* Initial factors are N(0, init_scale^2 / k): mean, sd, the mass within 1 and 2 sd, and no
+ * correlation between neighbours (drawn in Box-Muller pairs), with an odd k (the last factor
+ * of a row uses half a pair). */
+static void test_model_init_normal(void)
+{
+	const int k = 15, rows = 20000;
+	mfs_model_conf_t conf = {k, 0.3, 7};
+	mfs_model_t *m;
+	TEST_OK(mfs_model_init(&conf, &m));
+	const double sd = 0.3 / sqrt(k);
+	double s = 0, ss = 0, pair = 0, last = 0;
+	long in1 = 0, in2 = 0, n = 0;
+	float row[15], again[15];
+	for (uint32_t r = 0; r < (uint32_t)rows; r++) {
+		mfs_model_init_row(m, 0, r, row);
+		for (int j = 0; j < k; j++) {
+			double z = row[j] / sd;
+			s += z;
+			ss += z * z;
+			in1 += fabs(z) < 1;
+			in2 += fabs(z) < 2;
+			n++;
+			if (j % 2 == 1)
+				pair += z * (row[j - 1] / sd);
+		}
+		last += (row[k - 1] / sd) * (row[k - 1] / sd);
+	}
+	mfs_model_init_row(m, 0, 123, row);
+	mfs_model_init_row(m, 0, 123, again);
+	TEST_ASSERT(memcmp(row, again, sizeof row) == 0);
+	mfs_model_init_row(m, 1, 123, again);
+	TEST_ASSERT(memcmp(row, again, sizeof row) != 0);
+	/* n = 300000 values: the mean's sd is 0.0018, the variance's 0.0026 */
+	TEST_NEAR(s / n, 0, 0.01);
+	TEST_NEAR(ss / n, 1, 0.015);
+	TEST_NEAR((double)in1 / n, 0.6827, 0.005);
+	TEST_NEAR((double)in2 / n, 0.9545, 0.003);
+	TEST_NEAR(pair / (rows * (k / 2)), 0, 0.015);
+	TEST_NEAR(last / rows, 1, 0.04);
+	mfs_model_free(m);
+}
+
 /* mfs_model_rows (hashed and prefetched ahead) against one call per id: same rows, same
  * tables, for u64 and string ids with repeats, through several rehashes, in batches of sizes
  * around its look-ahead (1 .. 9) and larger, and with a stride like the learner's events. */
@@ -227,6 +269,7 @@ int main(void)
 	TEST_RUN(test_id_utf8);
 	TEST_RUN(test_idmap_growth);
 	TEST_RUN(test_model_rows);
+	TEST_RUN(test_model_init_normal);
 	TEST_RUN(test_model_rows_batched);
 	return TEST_REPORT();
 }
