@@ -550,6 +550,11 @@ static void *writer_main(void *arg)
 			.extra = j->ex, .n_extra = j->nx,
 		};
 		j->err[0] = '\0';
+		if (l->c->test_publish_delay_ms > 0) {
+			struct timespec ts = {(time_t)(l->c->test_publish_delay_ms / 1000),
+			                      (long)(l->c->test_publish_delay_ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
 		j->t0 = mfs_now_s();
 		j->rc = mfs_snap_publish_stage(l->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
 		j->t1 = mfs_now_s();
@@ -787,6 +792,7 @@ static int run(mfs_learner_t *l)
 				return rc;
 			next_pass = now + pass_period;
 		}
+		const uint64_t snaps = l->snapshots;
 		if ((rc = job_finish(l, 0, 0)))
 			return rc;
 		if (now >= next_snap) {
@@ -804,7 +810,7 @@ static int run(mfs_learner_t *l)
 			}
 		}
 		applied_poll(l);
-		if (b)
+		if (b || l->snapshots != snaps) /* a snapshot written after the last batch shows too */
 			stats_update(l);
 		if (now >= next_log) {
 			log_progress(l, &last_log_t, &last_log_ev);

@@ -3,12 +3,16 @@
 #ifndef MFS_SERVE_HELP_H
 #define MFS_SERVE_HELP_H
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdint.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -483,6 +487,81 @@ static int sh_stop(pid_t pid, double timeout_s)
 {
 	kill(pid, SIGTERM);
 	return sh_wait_exit(pid, timeout_s);
+}
+
+/* GET path from 127.0.0.1:port; the body into buf. @return the HTTP status, or -1. */
+static int sh_http_get(int port, const char *path, char *buf, size_t size)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+	if (write(fd, req, (size_t)n) != n) {
+		close(fd);
+		return -1;
+	}
+	size_t len = 0;
+	ssize_t r;
+	while (len + 1 < size && (r = read(fd, buf + len, size - 1 - len)) > 0)
+		len += (size_t)r;
+	buf[len] = '\0';
+	close(fd);
+	int status = -1;
+	sscanf(buf, "HTTP/%*s %d", &status);
+	return status;
+}
+
+/* The value of the sample line that starts with `series ` in a Prometheus text body, or -1. */
+static double sh_metric(const char *body, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, series, n) == 0 && l[n] == ' ')
+			return atof(l + n + 1);
+	return -1;
+}
+
+/* port the service logged ("metrics listening ... port=N"), or -1 */
+static int sh_logged_port(const char *log)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		FILE *f = fopen(log, "r");
+		char line[2048];
+		while (f && fgets(line, sizeof line, f)) {
+			const char *p = strstr(line, "metrics listening");
+			if (p && (p = strstr(p, "port=")))
+				return fclose(f), atoi(p + 5);
+		}
+		if (f)
+			fclose(f);
+		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+	}
+	return -1;
+}
+
+/* the value of key=N in the last line of path that contains msg */
+static long sh_log_value(const char *path, const char *msg, const char *key)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	long v = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		if (!strstr(line, msg))
+			continue;
+		const char *k = strstr(line, key);
+		if (k)
+			v = atol(k + strlen(key));
+	}
+	fclose(f);
+	return v;
 }
 
 #endif

@@ -25,25 +25,6 @@ static long peak_rss_kb(pid_t pid)
 	return kb;
 }
 
-/* the value of key=N in the last line of path that contains msg */
-static long log_value(const char *path, const char *msg, const char *key)
-{
-	FILE *f = fopen(path, "r");
-	char line[4096];
-	long v = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f)) {
-		if (!strstr(line, msg))
-			continue;
-		const char *k = strstr(line, key);
-		if (k)
-			v = atol(k + strlen(key));
-	}
-	fclose(f);
-	return v;
-}
-
 static void test_backpressure(void)
 {
 	sh_env_t v;
@@ -76,7 +57,7 @@ static void test_backpressure(void)
 	double took = mfs_now_s() - t0;
 	TEST_ASSERT_MSG(s.events + s.held_out == total, "applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, total, log);
 	TEST_EQ_INT(sh_stop(pid, 30), 0);
-	long pauses = log_value(log, "msg=stopped", "pauses=");
+	long pauses = sh_log_value(log, "msg=stopped", "pauses=");
 	long paused_lines = sh_log_count(log, "msg=paused");
 	fprintf(stderr, "  %" PRIu64 " events in %.1f s; pauses %ld (paused lines %ld); peak RSS %ld KiB\n", total, took,
 	        pauses, paused_lines, peak);

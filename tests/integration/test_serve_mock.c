@@ -11,10 +11,6 @@
  */
 #include "serve_help.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #define N_PARTS 3
 #define N_EVENTS 50000
@@ -66,90 +62,34 @@ static void check_dead_letters(const char *bs)
 	rd_kafka_destroy(rk);
 }
 
-/* GET path from 127.0.0.1:port; the body into buf. @return the HTTP status, or -1. */
-static int http_get(int port, const char *path, char *buf, size_t size)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	char req[256];
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-	if (write(fd, req, (size_t)n) != n) {
-		close(fd);
-		return -1;
-	}
-	size_t len = 0;
-	ssize_t r;
-	while (len + 1 < size && (r = read(fd, buf + len, size - 1 - len)) > 0)
-		len += (size_t)r;
-	buf[len] = '\0';
-	close(fd);
-	int status = -1;
-	sscanf(buf, "HTTP/%*s %d", &status);
-	return status;
-}
-
-/* The value of the sample line that starts with `series ` in a Prometheus text body, or -1. */
-static double metric(const char *body, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-		if (strncmp(l, series, n) == 0 && l[n] == ' ')
-			return atof(l + n + 1);
-	return -1;
-}
-
-/* port the service logged ("metrics listening ... port=N"), or -1 */
-static int logged_port(const char *log)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		FILE *f = fopen(log, "r");
-		char line[2048];
-		while (f && fgets(line, sizeof line, f)) {
-			const char *p = strstr(line, "metrics listening");
-			if (p && (p = strstr(p, "port=")))
-				return fclose(f), atoi(p + 5);
-		}
-		if (f)
-			fclose(f);
-		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
-	}
-	return -1;
-}
-
 /* Scrape /metrics while the service runs: the counters equal what was produced and rejected. */
 static void check_metrics(const char *log, uint64_t n)
 {
-	int port = logged_port(log);
+	int port = sh_logged_port(log);
 	TEST_ASSERT_MSG(port > 0, "no metrics port in %s", log);
 	static char body[1 << 20];
-	TEST_EQ_INT(http_get(port, "/healthz", body, sizeof body), 200);
-	TEST_EQ_INT(http_get(port, "/readyz", body, sizeof body), 200);
-	TEST_EQ_INT(http_get(port, "/metrics", body, sizeof body), 200);
-	TEST_ASSERT_MSG(metric(body, "mfstream_events_applied_total") == (double)n, "events_applied_total %g, want %" PRIu64,
-	                metric(body, "mfstream_events_applied_total"), n);
-	TEST_ASSERT_MSG(metric(body, "mfstream_events_consumed_total") == (double)n, "events_consumed_total %g",
-	                metric(body, "mfstream_events_consumed_total"));
+	TEST_EQ_INT(sh_http_get(port, "/healthz", body, sizeof body), 200);
+	TEST_EQ_INT(sh_http_get(port, "/readyz", body, sizeof body), 200);
+	TEST_EQ_INT(sh_http_get(port, "/metrics", body, sizeof body), 200);
+	TEST_ASSERT_MSG(sh_metric(body, "mfstream_events_applied_total") == (double)n, "events_applied_total %g, want %" PRIu64,
+	                sh_metric(body, "mfstream_events_applied_total"), n);
+	TEST_ASSERT_MSG(sh_metric(body, "mfstream_events_consumed_total") == (double)n, "events_consumed_total %g",
+	                sh_metric(body, "mfstream_events_consumed_total"));
 	for (int r = 0; r < MFS_REJ__COUNT; r++) {
 		char series[128];
 		snprintf(series, sizeof series, "mfstream_messages_rejected_total{reason=\"%s\"}", mfs_reject_name(r));
-		TEST_ASSERT_MSG(metric(body, series) == 1, "%s = %g", series, metric(body, series));
+		TEST_ASSERT_MSG(sh_metric(body, series) == 1, "%s = %g", series, sh_metric(body, series));
 	}
-	TEST_ASSERT_MSG(metric(body, "mfstream_dead_letter_messages_total") == (double)SH_N_BAD, "dead letters %g",
-	                metric(body, "mfstream_dead_letter_messages_total"));
-	TEST_ASSERT(metric(body, "mfstream_snapshots_total") >= 1);
-	TEST_ASSERT(metric(body, "mfstream_partitions_assigned") == N_PARTS);
-	TEST_ASSERT(metric(body, "mfstream_event_to_snapshot_seconds_count") > 0);
-	double age = metric(body, "mfstream_snapshot_age_seconds");
+	TEST_ASSERT_MSG(sh_metric(body, "mfstream_dead_letter_messages_total") == (double)SH_N_BAD, "dead letters %g",
+	                sh_metric(body, "mfstream_dead_letter_messages_total"));
+	TEST_ASSERT(sh_metric(body, "mfstream_snapshots_total") >= 1);
+	TEST_ASSERT(sh_metric(body, "mfstream_partitions_assigned") == N_PARTS);
+	TEST_ASSERT(sh_metric(body, "mfstream_event_to_snapshot_seconds_count") > 0);
+	double age = sh_metric(body, "mfstream_snapshot_age_seconds");
 	TEST_ASSERT_MSG(age >= 0 && age < 30, "snapshot age %g s", age);
 	fprintf(stderr, "  /metrics: %g events applied, %g messages consumed, snapshot age %g s\n",
-	        metric(body, "mfstream_events_applied_total"), metric(body, "mfstream_messages_consumed_total"),
-	        metric(body, "mfstream_snapshot_age_seconds"));
+	        sh_metric(body, "mfstream_events_applied_total"), sh_metric(body, "mfstream_messages_consumed_total"),
+	        sh_metric(body, "mfstream_snapshot_age_seconds"));
 }
 
 /* Every user and item of the produced stream (sh_synth_conf, seed) has a row in the snapshot,
@@ -205,12 +145,8 @@ static void test_serve_exactly_once(void)
 	TEST_EQ_INT(n, N_EVENTS);
 	sh_produce_bad(bs, topic, N_PARTS);
 
-	/* batches large enough (the backlog fills them) to resolve users and items on two threads */
-	sh_extra_args[0] = "--serve.batch_size";
-	sh_extra_args[1] = "16384";
 	double t0 = mfs_now_s();
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters");
-	sh_extra_args[0] = sh_extra_args[1] = NULL;
 	int died;
 	sh_snap_t s = sh_wait_events(snap, pid, n, 90, &died);
 	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
@@ -267,6 +203,28 @@ static void test_serve_exactly_once(void)
 		TEST_OK(mfs_snap_get_meta(h, &m));
 		TEST_ASSERT(m.n_users > 100 && m.n_items > 100 && m.k == sh_k());
 		TEST_ASSERT(m.mu > 1 && m.mu < 5);
+		check_ids(h, &m, N_EVENTS, 11);
+		mfs_snap_close(h);
+	}
+
+	/* the whole topic again into a new snapshot, in batches large enough (the backlog fills
+	 * them) to resolve users and items on two threads: still every id has its row */
+	char snap2[400];
+	snprintf(snap2, sizeof snap2, "%s/snap-big", v.dir);
+	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", NULL};
+	for (int j = 0; big[j]; j++)
+		sh_extra_args[j] = big[j];
+	pid = sh_spawn(bs, topic, snap2, "mfs-test-serve-3", log, NULL);
+	for (int j = 0; big[j]; j++)
+		sh_extra_args[j] = NULL;
+	TEST_EQ_INT(sh_wait_exit(pid, 60), 0);
+	s = sh_read(snap2);
+	TEST_EQ_INT(s.events, n);
+	h = NULL;
+	TEST_OK(mfs_snap_open(snap2, &h, e, sizeof e));
+	if (h) {
+		mfs_snap_meta_t m;
+		TEST_OK(mfs_snap_get_meta(h, &m));
 		check_ids(h, &m, N_EVENTS, 11);
 		mfs_snap_close(h);
 	}
