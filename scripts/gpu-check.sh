@@ -93,6 +93,9 @@ stream)
 	build || exit 1
 	step stream-throughput-latency 240 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 EPM=1000 SECTIONS=throughput,latency \
 		bash bench/stream.sh "$build" "$out/stream-gpu" 12000000
+	# a stream of mostly new ids (1 M users, 200 K items): row init, staging and the writer
+	step stream-newids 120 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 EPM=1000 SECTIONS=throughput \
+		PRODUCE_ARGS="--gen.users 1000000 --gen.items 200000" bash bench/stream.sh "$build" "$out/stream-gpu-newids" 8000000
 	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=64 SECTIONS=timeseries \
 		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
 	# the highest sustained rate: 10 s at each rate with 4 producers (a run that falls behind
