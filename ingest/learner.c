@@ -481,11 +481,8 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	l->batches++;
 	if (b->n_off || b->n)
 		l->dirty = 1;
-	if (l->c->test_apply_delay_ms > 0) {
-		struct timespec ts = {(time_t)(l->c->test_apply_delay_ms / 1000),
-		                      (long)(l->c->test_apply_delay_ms % 1000) * 1000000L};
-		nanosleep(&ts, NULL);
-	}
+	if (l->c->test_apply_delay_ms > 0)
+		mfs_sleep_ms(l->c->test_apply_delay_ms);
 	return 0;
 }
 
@@ -550,11 +547,8 @@ static void *writer_main(void *arg)
 			.extra = j->ex, .n_extra = j->nx,
 		};
 		j->err[0] = '\0';
-		if (l->c->test_publish_delay_ms > 0) {
-			struct timespec ts = {(time_t)(l->c->test_publish_delay_ms / 1000),
-			                      (long)(l->c->test_publish_delay_ms % 1000) * 1000000L};
-			nanosleep(&ts, NULL);
-		}
+		if (l->c->test_publish_delay_ms > 0)
+			mfs_sleep_ms(l->c->test_publish_delay_ms);
 		j->t0 = mfs_now_s();
 		j->rc = mfs_snap_publish_stage(l->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
 		j->t1 = mfs_now_s();
@@ -567,8 +561,6 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-/* Take back the job the writer thread finished: freshness of what it newly covers, metrics,
- * the offset commit, stats. wait: block until it is done; else only if it already is. */
 /* Is a snapshot posted to the writer and not yet written? */
 static int writer_busy(mfs_learner_t *l)
 {
@@ -578,6 +570,8 @@ static int writer_busy(mfs_learner_t *l)
 	return busy;
 }
 
+/* Take back the job the writer thread finished: freshness of what it newly covers, metrics,
+ * the offset commit, stats. wait: block until it is done; else only if it already is. */
 static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
 {
 	pthread_mutex_lock(&l->wmu);
@@ -800,8 +794,10 @@ static int run(mfs_learner_t *l)
 				/* the last one is still being written (many rows, a slow disk): keep learning
 				 * and take this one the moment the writer is free, with every row touched
 				 * meanwhile, rather than wait for it; the loop looks again within 1 ms */
-				if (!deferred++)
+				if (!deferred) {
+					deferred = 1;
 					l->snap_deferred++;
+				}
 			} else {
 				if ((rc = snapshot(l, "timer", 0)))
 					return rc;
@@ -819,6 +815,16 @@ static int run(mfs_learner_t *l)
 	}
 	/* the consumer closed the ring without a final barrier: publish what was applied */
 	return snapshot(l, "shutdown", 1);
+}
+
+/* Tell a helper thread (writer, rows) to quit once idle and join it. */
+static void helper_stop(pthread_t t, pthread_mutex_t *mu, pthread_cond_t *cv, int *quit)
+{
+	pthread_mutex_lock(mu);
+	*quit = 1;
+	pthread_cond_broadcast(cv);
+	pthread_mutex_unlock(mu);
+	pthread_join(t, NULL);
 }
 
 static void *thread_main(void *arg)
@@ -854,18 +860,10 @@ static void *thread_main(void *arg)
 		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
 		if (!rc)
 			rc = frc;
-		pthread_mutex_lock(&l->wmu);
-		l->wquit = 1;
-		pthread_cond_broadcast(&l->wcv);
-		pthread_mutex_unlock(&l->wmu);
-		pthread_join(l->wthread, NULL);
+		helper_stop(l->wthread, &l->wmu, &l->wcv, &l->wquit);
 	}
 	if (l->rstarted) {
-		pthread_mutex_lock(&l->rmu);
-		l->rquit = 1;
-		pthread_cond_broadcast(&l->rcv);
-		pthread_mutex_unlock(&l->rmu);
-		pthread_join(l->rthread, NULL);
+		helper_stop(l->rthread, &l->rmu, &l->rcv, &l->rquit);
 		l->rstarted = 0;
 	}
 	if (rc) {
@@ -874,11 +872,11 @@ static void *thread_main(void *arg)
 	}
 	stats_update(l);
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
-	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f latency_n=%" PRIu64
-	         " applied_p50_ms=%.1f applied_p99_ms=%.1f",
-	         l->m->events_applied, l->held_out, l->messages, l->snapshots, l->snap_deferred, lat_quantile(&l->snap_lat, 0.5),
-	         lat_quantile(&l->snap_lat, 0.99), l->snap_lat.n, lat_quantile(&l->apl_lat, 0.5),
-	         lat_quantile(&l->apl_lat, 0.99));
+	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f"
+	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f",
+	         l->m->events_applied, l->held_out, l->messages, l->snapshots, l->snap_deferred,
+	         lat_quantile(&l->snap_lat, 0.5), lat_quantile(&l->snap_lat, 0.99), l->snap_lat.n,
+	         lat_quantile(&l->apl_lat, 0.5), lat_quantile(&l->apl_lat, 0.99));
 	l->thread_rc = rc;
 	return NULL;
 }
