@@ -156,9 +156,6 @@ static int sh_env_open(sh_env_t *v, int brokers, const char *topic, int parts)
 
 static void sh_env_close(sh_env_t *v) { mfs_mock_broker_close(v->mb); }
 
-/* Extra `serve` arguments appended by sh_spawn (NULL-terminated; tests set it). */
-static const char *sh_extra_args[32];
-
 /* The engine sh_spawn runs serve with (MFS_TEST_ENGINE, default cpu) and the k it passes:
  * the CUDA engine needs a multiple of 32. */
 static const char *sh_engine(void)
@@ -168,9 +165,10 @@ static const char *sh_engine(void)
 }
 static int sh_k(void) { return strcmp(sh_engine(), "cpu") ? 32 : 16; }
 
-/* Start `mfstream serve` on topic; stderr goes to logpath (appended). */
+/* Start `mfstream serve` on topic; stderr goes to logpath (appended). extra: more serve
+ * arguments, NULL-terminated (NULL: none). */
 static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir, const char *group,
-                      const char *logpath, const char *dlq)
+                      const char *logpath, const char *dlq, const char *const *extra)
 {
 	fflush(NULL);
 	pid_t pid = fork();
@@ -199,8 +197,8 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 			argv[n++] = "--serve.dead_letter_topic";
 			argv[n++] = dlq;
 		}
-		for (int j = 0; sh_extra_args[j] && n < 78; j++)
-			argv[n++] = sh_extra_args[j];
+		for (int j = 0; extra && extra[j] && n < 78; j++)
+			argv[n++] = extra[j];
 		argv[n] = NULL;
 		execv(test_bin(), (char *const *)(uintptr_t)argv);
 		perror("execl");

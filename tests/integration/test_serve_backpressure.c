@@ -37,10 +37,8 @@ static void test_backpressure(void)
 	 * than it is applied; librdkafka's own prefetch is kept small too */
 	const char *extra[] = {"--test.apply_delay_ms", "15", "--serve.ring_batches", "2",
 	                       "--kafka.fetch.wait.max.ms", "20", "--kafka.fetch.error.backoff.ms", "20", "--log.level", "debug", NULL};
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = extra[j];
 	double t0 = mfs_now_s();
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-bp", log, NULL);
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-bp", log, NULL, extra);
 	long peak = -1;
 	sh_snap_t s;
 	memset(&s, 0, sizeof s);

@@ -26,10 +26,8 @@ static void test_backlog_then_exit(void)
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 21);
 	const char *extra[] = {"--serve.exit_at_end", "true", "--test.apply_delay_ms", "15", "--serve.ring_batches", "2",
 	                       "--kafka.fetch.wait.max.ms", "20", "--kafka.fetch.error.backoff.ms", "20", "--log.level", "debug", NULL};
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = extra[j];
 	double t0 = mfs_now_s();
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-end", log, NULL);
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-end", log, NULL, extra);
 	int st = sh_wait_exit(pid, 120);
 	fprintf(stderr, "  exited with %d after %.1f s\n", st, mfs_now_s() - t0);
 	TEST_ASSERT_MSG(st == 0, "serve exited with %d, want 0 (log %s)", st, log);
@@ -38,8 +36,6 @@ static void test_backlog_then_exit(void)
 	TEST_ASSERT_MSG(pauses >= 1, "the consumer never paused (log %s): the early-end case was not exercised", log);
 	/* nothing dropped, nothing twice, offsets at the ends */
 	sh_check_all_applied(bs, topic, N_PARTS, snap, total);
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = NULL;
 	sh_env_close(&v);
 }
 
@@ -50,15 +46,13 @@ static void test_empty_topic(void)
 	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
 	const char *snap = v.snap, *log = v.log;
-	sh_extra_args[0] = "--serve.exit_at_end";
-	sh_extra_args[1] = "true";
-	pid_t pid = sh_spawn(v.bs, topic, snap, "mfs-test-end-empty", log, NULL);
+	const char *const extra[] = {"--serve.exit_at_end", "true", NULL};
+	pid_t pid = sh_spawn(v.bs, topic, snap, "mfs-test-end-empty", log, NULL, extra);
 	int st = sh_wait_exit(pid, 60);
 	TEST_ASSERT_MSG(st == 0, "serve exited with %d, want 0 (log %s)", st, log);
 	TEST_EQ_INT(sh_log_count(log, "read to its end"), 1);
 	sh_snap_t s = sh_read(snap);
 	TEST_EQ_INT(s.events + s.held_out, 0);
-	sh_extra_args[0] = sh_extra_args[1] = NULL;
 	sh_env_close(&v);
 }
 

@@ -43,9 +43,8 @@ static void test_faults(void)
 	uint64_t total = sh_produce_valid(bs, topic, N1, 7);
 	sh_produce_bad(bs, topic, N_PARTS);
 	/* slow the learner a little so the faults land mid-stream */
-	sh_extra_args[0] = "--test.apply_delay_ms";
-	sh_extra_args[1] = "5";
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-faults", log, NULL);
+	const char *const extra[] = {"--test.apply_delay_ms", "5", NULL};
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-faults", log, NULL, extra);
 	int died;
 	sh_snap_t s = sh_wait_events(snap, pid, 1, 60, &died);
 	TEST_ASSERT_MSG(!died && s.found, "serve did not start (log %s)", log);

@@ -45,10 +45,7 @@ static void test_kill9_exactly_once(void)
 	fprintf(stderr, "  random seed %u\n", seed);
 
 	/* 5% of (user, item) pairs held out: the proof counts them too */
-	sh_extra_args[0] = "--serve.holdout_fraction";
-	sh_extra_args[1] = "0.05";
-	sh_extra_args[2] = "--serve.fullpass_ms";
-	sh_extra_args[3] = "200";
+	const char *const extra[] = {"--serve.holdout_fraction", "0.05", "--serve.fullpass_ms", "200", NULL};
 	char group[64];
 	uint64_t total = 0;
 	int kills = 0;
@@ -58,7 +55,7 @@ static void test_kill9_exactly_once(void)
 		sh_snap_t b0 = sh_read(snap);
 		uint64_t before = b0.events + b0.held_out;
 		snprintf(group, sizeof group, "mfs-test-kill9-%d", r);
-		pid_t pid = sh_spawn(bs, topic, snap, group, log, NULL);
+		pid_t pid = sh_spawn(bs, topic, snap, group, log, NULL, extra);
 		int died;
 		sh_snap_t s = sh_wait_events(snap, pid, before + 1, 60, &died);
 		TEST_ASSERT_MSG(!died, "round %d: serve exited early (log %s)", r, log);
@@ -81,7 +78,7 @@ static void test_kill9_exactly_once(void)
 		        delay_ms, s.events, total);
 	}
 	/* a clean run drains the topic */
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-kill9-final", log, NULL);
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-kill9-final", log, NULL, extra);
 	int died;
 	sh_snap_t s;
 	double t_end = mfs_now_s() + 90;

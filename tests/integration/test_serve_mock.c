@@ -146,7 +146,7 @@ static void test_serve_exactly_once(void)
 	sh_produce_bad(bs, topic, N_PARTS);
 
 	double t0 = mfs_now_s();
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters");
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters", NULL);
 	int died;
 	sh_snap_t s = sh_wait_events(snap, pid, n, 90, &died);
 	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
@@ -185,7 +185,7 @@ static void test_serve_exactly_once(void)
 
 	/* restart on the same snapshot (another group: committed offsets must not matter) */
 	uint64_t seq = s.seq;
-	pid = sh_spawn(bs, topic, snap, "mfs-test-serve-2", log, NULL);
+	pid = sh_spawn(bs, topic, snap, "mfs-test-serve-2", log, NULL, NULL);
 	nanosleep(&(struct timespec){3, 0}, NULL);
 	TEST_EQ_INT(sh_stop(pid, 30), 0);
 	s = sh_read(snap);
@@ -212,11 +212,7 @@ static void test_serve_exactly_once(void)
 	char snap2[400];
 	snprintf(snap2, sizeof snap2, "%s/snap-big", v.dir);
 	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", NULL};
-	for (int j = 0; big[j]; j++)
-		sh_extra_args[j] = big[j];
-	pid = sh_spawn(bs, topic, snap2, "mfs-test-serve-3", log, NULL);
-	for (int j = 0; big[j]; j++)
-		sh_extra_args[j] = NULL;
+	pid = sh_spawn(bs, topic, snap2, "mfs-test-serve-3", log, NULL, big);
 	TEST_EQ_INT(sh_wait_exit(pid, 60), 0);
 	s = sh_read(snap2);
 	TEST_EQ_INT(s.events, n);

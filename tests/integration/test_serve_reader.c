@@ -151,11 +151,8 @@ static void test_reader_sees_whole_snapshots(void)
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	char looks[320];
 	snprintf(looks, sizeof looks, "%s/looks.bin", v.dir);
-	sh_extra_args[0] = "--serve.holdout_fraction";
-	sh_extra_args[1] = "0.1";
-	sh_extra_args[2] = "--test.apply_delay_ms";
-	sh_extra_args[3] = "3";
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-reader", log, NULL);
+	const char *const extra[] = {"--serve.holdout_fraction", "0.1", "--test.apply_delay_ms", "3", NULL};
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-reader", log, NULL, extra);
 	fflush(NULL);
 	pid_t rpid = fork();
 	if (rpid == 0) {

@@ -35,9 +35,7 @@ static void test_rebalance_while_paused(void)
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 23);
 	const char *extra[] = {"--test.apply_delay_ms", "15", "--serve.ring_batches", "2", "--log.level", "debug", NULL};
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = extra[j];
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-rbp", log, NULL);
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-rbp", log, NULL, extra);
 	long rebalances = 0, revoked_paused = 0;
 	for (int round = 0; round < 2; round++) {
 		long paused = wait_lines(log, "msg=paused", sh_log_count(log, "msg=paused"), 30);

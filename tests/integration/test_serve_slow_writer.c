@@ -24,11 +24,7 @@ static void test_slow_writer(void)
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 17);
 	TEST_EQ_INT(total, N_EVENTS);
 	const char *extra[] = {"--test.publish_delay_ms", "1500", "--test.apply_delay_ms", "12", NULL};
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = extra[j];
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-sw", log, NULL);
-	for (int j = 0; extra[j]; j++)
-		sh_extra_args[j] = NULL;
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-sw", log, NULL, extra);
 	int port = sh_logged_port(log);
 	TEST_ASSERT_MSG(port > 0, "no metrics port in %s", log);
 	/* the first scrape that shows every event applied (by the learner, not yet published) */
