@@ -469,14 +469,31 @@ struct pk_dev {
 	uint32_t S, cap;
 };
 
+/* The register cap of the persistent kernel: the resident blocks per SM the batch kernel gets
+ * for the same row shape (its occupancy on sm_90 at this compiler: 40-48 registers for one
+ * 16-byte vector per lane, 56-64 for two or three, 72-80 for four or five, ~104 for seven).
+ * Uncapped, the slot bookkeeping took the kernel to 80-88 registers: 3 blocks per SM for fp16
+ * k=128 where the batch kernel runs 6, 2 for fp32 k=128 (1 once a loss kernel's room is left),
+ * and the ring fell 11-15 % behind one launch (docs/BENCHMARKS.md). A few bytes spill at some
+ * k; the ring benchmark measured the cap faster than the spill-free kernel. */
+template <typename T, int K> struct pk_cap {
+	static constexpr int V = hog_shape<T, K>::V;
+	static constexpr int value = V == 1 ? (sizeof(T) == 2 ? 6 : 5) : V <= 3 ? 4 : V <= 5 ? 3 : 2;
+};
+
 template <typename T, int K>
-__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 	sgd_persistent_kernel(pk_dev a, T *P, T *Q, float *bu, float *bi, const mfs_hparams_t *hp,
 	                      unsigned long long *skipped, unsigned long long q0)
 {
 	using S = hog_shape<T, K>;
 	constexpr int L = S::L, G = S::G;
 	const int lane = threadIdx.x & 31, sub = lane % L, grp = lane / L;
+	/* the warp's slot header, in shared memory: the chunk loop reads it from there (volatile,
+	 * so no register copies), which keeps ~20 registers of pointers out of the loop */
+	__shared__ pk_hdr sh[WARPS_PER_BLOCK];
+	volatile pk_hdr *my = sh + (threadIdx.x >> 5);
+	static_assert(sizeof(pk_hdr) % 4 == 0 && sizeof(pk_hdr) / 4 <= 32, "a header is one word per lane");
 	unsigned long long q = q0; /* this warp's slot cursor */
 	for (;;) {
 		unsigned long long t = 0;
@@ -484,32 +501,20 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 			t = atomicAdd(a.ticket, 1ull);
 		t = __shfl_sync(0xffffffffu, t, 0);
 		/* find the slot holding chunk t */
-		uint32_t s, nchunks, n, salt;
+		uint32_t s, nchunks, n;
 		unsigned long long first;
-		float mu;
-		const uint32_t *us, *is;
-		const float *rs, *mru, *mri, *mdu, *mdi;
-		float du, di;
 		for (;;) {
 			s = (uint32_t)(q % a.S);
 			const volatile unsigned long long *vs = a.seq + s;
 			const unsigned long long v = *vs;
 			if (v == q + 1) {
 				__threadfence();
-				first = __ldcg(&a.hdr[s].first);
-				nchunks = __ldcg(&a.hdr[s].nchunks);
-				n = __ldcg(&a.hdr[s].n);
-				mu = __ldcg(&a.hdr[s].mu);
-				salt = __ldcg(&a.hdr[s].salt);
-				us = (const uint32_t *)__ldcg((const unsigned long long *)&a.hdr[s].u);
-				is = (const uint32_t *)__ldcg((const unsigned long long *)&a.hdr[s].i);
-				rs = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].r);
-				mru = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].mr_u);
-				mri = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].mr_i);
-				mdu = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].md_u);
-				mdi = (const float *)__ldcg((const unsigned long long *)&a.hdr[s].md_i);
-				du = __ldcg(&a.hdr[s].du);
-				di = __ldcg(&a.hdr[s].di);
+				if (lane < (int)(sizeof(pk_hdr) / 4))
+					((volatile uint32_t *)my)[lane] = __ldcg((const unsigned int *)(a.hdr + s) + lane);
+				__syncwarp();
+				first = my->first;
+				nchunks = my->nchunks;
+				n = my->n;
 				__threadfence();
 				if (*vs != v)
 					continue; /* reused while we read it (a warp stalled a whole ring cycle) */
@@ -534,15 +539,16 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 			uint32_t u = MFS_ROW_NONE, i = MFS_ROW_NONE;
 			float r = 0.f, cu = 1.f, ci = 1.f;
 			if (in) {
-				u = __ldcg(us + x), i = __ldcg(is + x), r = __ldcg(rs + x);
+				u = __ldcg(my->u + x), i = __ldcg(my->i + x), r = __ldcg(my->r + x);
 				if (u != MFS_ROW_NONE && i != MFS_ROW_NONE) {
-					cu = mru ? __ldcg(mru + x) : mdu ? __ldg(mdu + u) : du;
-					ci = mri ? __ldcg(mri + x) : mdi ? __ldg(mdi + i) : di;
+					const float *ru = my->mr_u, *rw = my->md_u, *ri = my->mr_i, *rj = my->md_i;
+					cu = ru ? __ldcg(ru + x) : rw ? __ldg(rw + u) : my->du;
+					ci = ri ? __ldcg(ri + x) : rj ? __ldg(rj + i) : my->di;
 				}
 			}
 			const bool live = in && u != MFS_ROW_NONE && i != MFS_ROW_NONE;
-			hog_step<T, K>(live, u, i, r, (size_t)first * PK_CHUNK + x, salt, cu, ci, sub, P, Q, bu, bi, mu, co,
-			               skipped);
+			hog_step<T, K>(live, u, i, r, (size_t)first * PK_CHUNK + x, my->salt, cu, ci, sub, P, Q, bu, bi, my->mu,
+			               co, skipped);
 		}
 		__syncwarp();
 		if (lane == 0) {
@@ -1390,8 +1396,8 @@ static int pk_open(mfs_engine_t *e)
 	h->grid = c->sms * use;
 	h->on = 1;
 	mfs_info("cuda", "msg=\"persistent kernel\" k=%d fp16=%d blocks=%d blocks_per_sm=%d of=%d regs=%d loss_regs=%d "
-	                 "loss_beside=%d slots=%u slot_ratings=%u",
-	         k, c->fp16, h->grid, use, bps, fp.numRegs, fl.numRegs, h->beside, h->S, h->cap);
+	                 "loss_beside=%d slots=%u slot_ratings=%u batch_kernel_blocks_per_sm=%d",
+	         k, c->fp16, h->grid, use, bps, fp.numRegs, fl.numRegs, h->beside, h->S, h->cap, c->hog_bps);
 	return 0;
 }
 
