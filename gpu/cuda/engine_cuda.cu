@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
  * seq[s] = 0 (rewrite mark), its header, then seq[s] = q + 1 (a seqlock: a warp re-reads seq
  * after the header and retries if it moved). Stream order puts the data in device memory before seq;
  * the kernel reads seq with a volatile load, fences, then reads header and ratings through
- * L2 (__ldcg: L1 is not coherent and the slot is rewritten). seq[s] > q + 1 means slot q
+ * L2 (__ldcg: L1 is not coherent and the slot is rewritten; the header into the warp's
+ * shared-memory copy, see pk_cap). seq[s] > q + 1 means slot q
  * was consumed and reused, so chunk t lies beyond it; seq[s] < q + 1: not published yet.
  *
  * Completion: after its chunk a warp fences and counts it in done[s]; the warp that counts
@@ -509,6 +510,9 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 			const unsigned long long v = *vs;
 			if (v == q + 1) {
 				__threadfence();
+				/* every lane has read the header this warp held before (racecheck: a lane
+				 * running ahead would overwrite it under a slower one) */
+				__syncwarp();
 				if (lane < (int)(sizeof(pk_hdr) / 4))
 					((volatile uint32_t *)my)[lane] = __ldcg((const unsigned int *)(a.hdr + s) + lane);
 				__syncwarp();
