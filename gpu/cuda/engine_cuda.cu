@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "common/rng.h"
+#include "common/timeutil.h"
 #include "gpu/cuda/cuda_try.h"
 #include "gpu/engine_int.h"
 
@@ -65,7 +66,9 @@ struct pk_host {
 	float *d_r, *d_su, *d_si, *h_r, *h_su, *h_si;
 	unsigned int *d_done, *d_stop, *h_flag; /* h_flag = {0, 1}: sources for d_stop */
 	unsigned long long *d_ticket, *d_consumed, *h_ticket;
-	unsigned long long *h_consumed, *hd_consumed; /* mapped pinned; its device address */
+	unsigned long long *h_consumed, *hd_consumed; /* mapped pinned {consumed, blocks resident};
+	                                               * its device address */
+	unsigned int *d_resident;                     /* blocks of this launch that started */
 	uint64_t published, next_chunk; /* slots published, chunks published */
 	uint64_t waits;                 /* submits that found the ring full */
 };
@@ -466,6 +469,8 @@ struct pk_dev {
 	unsigned int *done;
 	unsigned long long *ticket, *consumed;
 	unsigned long long *consumed_host; /* mapped pinned host memory */
+	unsigned int *resident;             /* blocks started (device) */
+	unsigned long long *resident_host;  /* = gridDim.x once all have (mapped pinned) */
 	const unsigned int *stop;
 	uint32_t S, cap;
 };
@@ -495,6 +500,13 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 	__shared__ pk_hdr sh[WARPS_PER_BLOCK];
 	volatile pk_hdr *my = sh + (threadIdx.x >> 5);
 	static_assert(sizeof(pk_hdr) % 4 == 0 && sizeof(pk_hdr) / 4 <= 32, "a header is one word per lane");
+	if (threadIdx.x == 0) { /* residency (pk_launch): the last block to start tells the host */
+		const unsigned int started = atomicAdd(a.resident, 1u) + 1u;
+		if (started == gridDim.x) {
+			*(volatile unsigned long long *)a.resident_host = started;
+			__threadfence_system();
+		}
+	}
 	unsigned long long q = q0; /* this warp's slot cursor */
 	for (;;) {
 		unsigned long long t = 0;
@@ -1257,6 +1269,39 @@ static int pk_quiesce(struct cuda_impl *c)
 	return c->pk.running ? pk_wait(c, c->pk.published) : 0;
 }
 
+/* Loss and gather kernels fit beside the persistent kernel only if its whole grid is
+ * resident: the grid is sized from the occupancy of the plain kernel on every SM. Under
+ * compute-sanitizer (instrumented code is larger) or MPS (a client gets part of the SMs) some
+ * blocks wait for others that never retire, and a loss kernel queued behind them would wait
+ * forever. So after each launch that relies on it, wait (PK_RESIDENT_MS at most) for every
+ * block to have started; if they do not, loss and gather calls stop the kernel from then on. */
+#define PK_RESIDENT_MS 2000
+static int pk_check_resident(struct cuda_impl *c)
+{
+	struct pk_host *h = &c->pk;
+	const double t0 = mfs_now_s();
+	for (unsigned spins = 0; __atomic_load_n(&h->h_consumed[1], __ATOMIC_ACQUIRE) != (unsigned long long)h->grid;
+	     spins++) {
+		if ((spins & 1023) == 1023) {
+			int rc = pk_alive(c);
+			if (rc)
+				return rc;
+			if (mfs_now_s() - t0 > PK_RESIDENT_MS / 1e3) {
+				mfs_warn("cuda", "msg=\"persistent kernel not wholly resident: loss and gather kernels stop it from "
+				                 "now on\" blocks=%d waited_ms=%d",
+				         h->grid, PK_RESIDENT_MS);
+				h->beside = 0;
+				return 0;
+			}
+		}
+		if (spins > 64) {
+			struct timespec ts = {0, 2000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
 static int pk_launch(mfs_engine_t *e)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -1265,7 +1310,9 @@ static int pk_launch(mfs_engine_t *e)
 	*h->h_ticket = h->next_chunk;
 	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_ticket, h->h_ticket, sizeof *h->h_ticket, cudaMemcpyHostToDevice, h->copy));
 	MFS_CUDA_TRY(cudaMemcpyAsync(h->d_stop, &h->h_flag[0], sizeof(unsigned int), cudaMemcpyHostToDevice, h->copy));
+	MFS_CUDA_TRY(cudaMemsetAsync(h->d_resident, 0, sizeof *h->d_resident, h->copy));
 	MFS_CUDA_TRY(cudaStreamSynchronize(h->copy));
+	__atomic_store_n(&h->h_consumed[1], 0ull, __ATOMIC_RELEASE);
 	pk_dev a;
 	a.hdr = h->d_hdr;
 	a.seq = h->d_seq;
@@ -1273,6 +1320,8 @@ static int pk_launch(mfs_engine_t *e)
 	a.ticket = h->d_ticket;
 	a.consumed = h->d_consumed;
 	a.consumed_host = h->hd_consumed;
+	a.resident = h->d_resident;
+	a.resident_host = h->hd_consumed + 1;
 	a.stop = h->d_stop;
 	a.S = h->S;
 	a.cap = h->cap;
@@ -1285,7 +1334,7 @@ static int pk_launch(mfs_engine_t *e)
 			a, (float *)c->P, (float *)c->Q, c->bu, c->bi, c->d_hp, c->d_skipped, h->published);
 	MFS_CUDA_LAUNCHED();
 	h->running = 1;
-	return 0;
+	return h->beside ? pk_check_resident(c) : 0;
 }
 
 /* Quiesce, then tell the kernel to return and wait for it. Growth of the tables, sets and any
@@ -1311,7 +1360,7 @@ static void pk_free(struct cuda_impl *c)
 	if (h->running)
 		pk_stop(c);
 	void *dev[] = {h->d_hdr, h->d_seq, h->d_u, h->d_i, h->d_r, h->d_su, h->d_si, h->d_done, h->d_stop, h->d_ticket,
-	               h->d_consumed};
+	               h->d_consumed, h->d_resident};
 	for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++)
 		cudaFree(dev[j]);
 	void *host[] = {h->h_hdr, h->h_seq, h->h_u, h->h_i, h->h_r, h->h_su, h->h_si, h->h_flag, h->h_ticket, h->h_consumed};
@@ -1351,6 +1400,7 @@ static int pk_open(mfs_engine_t *e)
 	MFS_CUDA_TRY(cudaMalloc(&h->d_stop, sizeof *h->d_stop));
 	MFS_CUDA_TRY(cudaMalloc(&h->d_ticket, sizeof *h->d_ticket));
 	MFS_CUDA_TRY(cudaMalloc(&h->d_consumed, sizeof *h->d_consumed));
+	MFS_CUDA_TRY(cudaMalloc(&h->d_resident, sizeof *h->d_resident));
 	/* on the copy stream and waited for: a legacy-stream memset is not ordered before a
 	 * non-blocking stream's kernel, and reused device memory holds an old engine's bytes */
 	MFS_CUDA_TRY(cudaMemsetAsync(h->d_seq, 0, h->S * sizeof *h->d_seq, h->copy));
@@ -1368,11 +1418,11 @@ static int pk_open(mfs_engine_t *e)
 	MFS_CUDA_TRY(cudaHostAlloc(&h->h_si, n * sizeof *h->h_si, cudaHostAllocDefault));
 	MFS_CUDA_TRY(cudaHostAlloc(&h->h_flag, 2 * sizeof *h->h_flag, cudaHostAllocDefault));
 	MFS_CUDA_TRY(cudaHostAlloc(&h->h_ticket, sizeof *h->h_ticket, cudaHostAllocDefault));
-	MFS_CUDA_TRY(cudaHostAlloc(&h->h_consumed, sizeof *h->h_consumed, cudaHostAllocMapped));
+	MFS_CUDA_TRY(cudaHostAlloc(&h->h_consumed, 2 * sizeof *h->h_consumed, cudaHostAllocMapped));
 	MFS_CUDA_TRY(cudaHostGetDevicePointer((void **)&h->hd_consumed, h->h_consumed, 0));
 	h->h_flag[0] = 0;
 	h->h_flag[1] = 1;
-	*h->h_consumed = 0;
+	h->h_consumed[0] = h->h_consumed[1] = 0;
 	/* grid: leave room for one loss block per SM (register-bound kernels of 256 threads) */
 	const void *pf = c->fp16 ? (const void *)pk_kernel<__half>(k) : (const void *)pk_kernel<float>(k);
 	const void *lf = c->fp16 ? loss_fn<__half>(k) : loss_fn<float>(k);
@@ -1398,6 +1448,8 @@ static int pk_open(mfs_engine_t *e)
 	if (use < 1)
 		use = 1;
 	h->grid = c->sms * use;
+	if (getenv("MFS_CUDA_PK_OVERSUBSCRIBE")) /* test hook: more blocks than fit, still beside */
+		h->grid = 2 * c->sms * bps;
 	h->on = 1;
 	mfs_info("cuda", "msg=\"persistent kernel\" k=%d fp16=%d blocks=%d blocks_per_sm=%d of=%d regs=%d loss_regs=%d "
 	                 "loss_beside=%d slots=%u slot_ratings=%u batch_kernel_blocks_per_sm=%d",

@@ -1,7 +1,8 @@
 /* test_cuda_persistent.c - streaming batches through the persistent kernel's device ring
  * (engine.persistent = 1): every rating applied exactly once across ring laps, slot splits,
- * table growth (kernel stop and relaunch), loss kernels beside it, a learning rate changed
- * while it runs; and Hogwild accuracy equal to the per-batch launch path.
+ * table growth (kernel stop and relaunch), loss kernels beside it (and a grid too large for
+ * them to fit, which the engine must notice), a learning rate changed while it runs; and
+ * Hogwild accuracy equal to the per-batch launch path.
  *
  * Exactly-once probe: ratings with pairwise distinct users and items, r = 1, zero factors
  * (init sd 0), mu = 0, no regularization. One update gives bu = bi = lr * (1 - 0) = lr
@@ -241,6 +242,17 @@ static void test_exactly_once_whole_gpu(void)
 	g_whole = 0;
 }
 
+/* A grid that cannot all be resident (as under compute-sanitizer or MPS): the hidden hook
+ * launches twice the blocks that fit while still counting on loss kernels beside it. The
+ * engine must notice at launch and stop the kernel for loss passes instead; a loss kernel
+ * queued behind blocks that never retire would hang this test. */
+static void test_exactly_once_oversubscribed(void)
+{
+	setenv("MFS_CUDA_PK_OVERSUBSCRIBE", "1", 1);
+	exactly_once(32);
+	unsetenv("MFS_CUDA_PK_OVERSUBSCRIBE");
+}
+
 /* The ring must learn at least as well as the launch-per-batch path it replaces (both use the
  * sampled hot-row modes of streaming batches). The CPU engine's RMSE is printed beside: on this
  * deliberately hot stream (one item takes 8 % of the ratings) the sampled modes of both GPU
@@ -262,6 +274,7 @@ int main(void)
 		TEST_RUN(test_exactly_once_k32);
 		TEST_RUN(test_exactly_once_k128);
 		TEST_RUN(test_exactly_once_whole_gpu);
+		TEST_RUN(test_exactly_once_oversubscribed);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}
