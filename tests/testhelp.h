@@ -6,6 +6,9 @@
  * A failed check prints file:line and the expression and counts a failure; the test
  * function goes on (so one run shows every broken check). TEST_REPORT() prints
  * "N passed, N failed" and returns the exit code. TEST_SKIP() exits 77 (ctest: skipped).
+ * MFS_TEST_ONLY=substring runs only the tests whose function name contains it (compute-
+ * sanitizer runs on the GPU machine); the others are listed and counted as filtered, never
+ * as passed.
  */
 #ifndef MFS_TESTHELP_H
 #define MFS_TESTHELP_H
@@ -16,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int th_checks, th_failed_checks, th_tests, th_failed_tests, th_cur_failed;
+static int th_checks, th_failed_checks, th_tests, th_failed_tests, th_cur_failed, th_filtered;
 
 #define TEST_ASSERT_MSG(cond, ...)                                                        \
 	do {                                                                                  \
@@ -40,6 +43,12 @@ static int th_checks, th_failed_checks, th_tests, th_failed_tests, th_cur_failed
 
 #define TEST_RUN(fn)                                                                      \
 	do {                                                                                  \
+		const char *th_only = getenv("MFS_TEST_ONLY");                                    \
+		if (th_only && *th_only && !strstr(#fn, th_only)) {                               \
+			th_filtered++;                                                                \
+			fprintf(stderr, "[ SKIP ] %s (MFS_TEST_ONLY=%s)\n", #fn, th_only);            \
+			break;                                                                        \
+		}                                                                                 \
 		th_cur_failed = 0;                                                                \
 		th_tests++;                                                                       \
 		fprintf(stderr, "[ RUN  ] %s\n", #fn);                                            \
@@ -50,9 +59,10 @@ static int th_checks, th_failed_checks, th_tests, th_failed_tests, th_cur_failed
 	} while (0)
 
 #define TEST_REPORT()                                                                     \
-	(fprintf(stderr, "%d passed, %d failed (%d checks)\n", th_tests - th_failed_tests,   \
+	(th_filtered ? fprintf(stderr, "%d filtered out by MFS_TEST_ONLY\n", th_filtered) : 0, \
+	 fprintf(stderr, "%d passed, %d failed (%d checks)\n", th_tests - th_failed_tests,  \
 	         th_failed_tests, th_checks),                                                 \
-	 th_failed_tests ? 1 : 0)
+	 th_failed_tests || (th_filtered && !th_tests) ? 1 : 0) /* a filter that ran nothing fails */
 
 #define TEST_SKIP(...)                                                                    \
 	do {                                                                                  \
