@@ -1246,15 +1246,21 @@ static int pk_alive(struct cuda_impl *c)
 	return 0;
 }
 
-/* Wait until the kernel consumed slots [0, upto). Polls mapped memory; checks the kernel is
- * alive every few thousand polls. */
-static int pk_wait(struct cuda_impl *c, uint64_t upto)
+/* Poll a word of mapped host memory the kernel writes until it reaches want, checking every
+ * few thousand polls that the kernel is alive. limit_s > 0: give up after that long and set
+ * *late. */
+static int pk_poll(struct cuda_impl *c, const unsigned long long *word, uint64_t want, double limit_s, int *late)
 {
-	for (unsigned spins = 0; pk_consumed(c) < upto; spins++) {
+	const double t0 = limit_s > 0 ? mfs_now_s() : 0;
+	for (unsigned spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) < want; spins++) {
 		if ((spins & 4095) == 4095) {
 			int rc = pk_alive(c);
 			if (rc)
 				return rc;
+			if (limit_s > 0 && mfs_now_s() - t0 > limit_s) {
+				*late = 1;
+				return 0;
+			}
 		}
 		if (spins > 64) {
 			struct timespec ts = {0, 2000};
@@ -1262,6 +1268,12 @@ static int pk_wait(struct cuda_impl *c, uint64_t upto)
 		}
 	}
 	return 0;
+}
+
+/* Wait until the kernel consumed slots [0, upto). */
+static int pk_wait(struct cuda_impl *c, uint64_t upto)
+{
+	return pk_poll(c, c->pk.h_consumed, upto, 0, NULL);
 }
 
 static int pk_quiesce(struct cuda_impl *c)
@@ -1279,27 +1291,15 @@ static int pk_quiesce(struct cuda_impl *c)
 static int pk_check_resident(struct cuda_impl *c)
 {
 	struct pk_host *h = &c->pk;
-	const double t0 = mfs_now_s();
-	for (unsigned spins = 0; __atomic_load_n(&h->h_consumed[1], __ATOMIC_ACQUIRE) != (unsigned long long)h->grid;
-	     spins++) {
-		if ((spins & 1023) == 1023) {
-			int rc = pk_alive(c);
-			if (rc)
-				return rc;
-			if (mfs_now_s() - t0 > PK_RESIDENT_MS / 1e3) {
-				mfs_warn("cuda", "msg=\"persistent kernel not wholly resident: loss and gather kernels stop it from "
-				                 "now on\" blocks=%d waited_ms=%d",
-				         h->grid, PK_RESIDENT_MS);
-				h->beside = 0;
-				return 0;
-			}
-		}
-		if (spins > 64) {
-			struct timespec ts = {0, 2000};
-			nanosleep(&ts, NULL);
-		}
+	int late = 0;
+	int rc = pk_poll(c, &h->h_consumed[1], (uint64_t)h->grid, PK_RESIDENT_MS / 1e3, &late);
+	if (!rc && late) {
+		mfs_warn("cuda", "msg=\"persistent kernel not wholly resident: loss and gather kernels stop it from now on\" "
+		                 "blocks=%d waited_ms=%d",
+		         h->grid, PK_RESIDENT_MS);
+		h->beside = 0;
 	}
-	return 0;
+	return rc;
 }
 
 static int pk_launch(mfs_engine_t *e)
