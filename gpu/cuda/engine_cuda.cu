@@ -480,8 +480,9 @@ struct pk_dev {
  * 16-byte vector per lane, 56-64 for two or three, 72-80 for four or five, ~104 for seven).
  * Uncapped, the slot bookkeeping took the kernel to 80-88 registers: 3 blocks per SM for fp16
  * k=128 where the batch kernel runs 6, 2 for fp32 k=128 (1 once a loss kernel's room is left),
- * and the ring fell 11-15 % behind one launch (docs/BENCHMARKS.md). A few bytes spill at some
- * k; the ring benchmark measured the cap faster than the spill-free kernel. */
+ * and the ring fell 11-15 % behind one launch (docs/BENCHMARKS.md). 24-40 bytes spill at some
+ * k; measured only at fp16 k=128 (H100), where the cap of 6 (24 B spilled) beat the
+ * spill-free variants beside it (cap 4, or no cap). Other shapes follow the same rule unmeasured. */
 template <typename T, int K> struct pk_cap {
 	static constexpr int V = hog_shape<T, K>::V;
 	static constexpr int value = V == 1 ? (sizeof(T) == 2 ? 6 : 5) : V <= 3 ? 4 : V <= 5 ? 3 : 2;
