@@ -12,7 +12,7 @@
 #   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
 #                                   (12 M events, 64 partitions, 4 producers), latency, a rate-limited
 #                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s),
-#                                   then 10 s at each of SUSTAIN_RATES (default 6, 8, 10 M/s)
+#                                   then SUSTAIN_S (10) s at each of SUSTAIN_RATES (6, 8, 10 M/s)
 #   scripts/gpu-check.sh bench      the ring against one launch (bench/gpu_ring.sh) and
 #                                   MovieLens on the GPU (bench/gpu_movielens.sh, .data/movielens)
 #
@@ -76,18 +76,14 @@ tests)
 	# serve itself under the sanitizers: MFS_BIN is a wrapper that execs compute-sanitizer
 	# around mfstream; test_serve_exit_at_end needs no signal to stop serve (the sanitizer
 	# loses the exit status of a target stopped by SIGTERM), and a sanitizer error (exit 9)
-	# fails its exit-status check. The instrumented persistent kernel is larger than the grid
-	# was sized for, so a loss kernel launched beside it would never get an SM: memcheck
-	# checks that the engine notices (docs/ENGINE.md, Residency); racecheck, the slower one,
-	# is told up front (MFS_CUDA_PK_BESIDE=0: every loss pass stops the kernel)
+	# fails its exit-status check. The engine sees the sanitizer at open and stops the
+	# persistent kernel for loss and gather calls (docs/ENGINE.md, Residency): no hooks here
 	for tool in memcheck racecheck; do
 		w=/tmp/mfs-$tool-serve.sh
 		printf '#!/bin/sh\nexec %s --tool %s --error-exitcode 9 %s "$@"\n' "$san" "$tool" "$PWD/$build/mfstream" >"$w"
 		chmod +x "$w"
 		mkdir -p "/tmp/gc-$tool"
-		beside=
-		[ "$tool" = racecheck ] && beside=0
-		step "$tool-serve" 300 env MFS_CUDA_PK_BESIDE=$beside MFS_TEST_ENGINE=cuda MFS_BIN="$w" TMPDIR="/tmp/gc-$tool" \
+		step "$tool-serve" 300 env MFS_TEST_ENGINE=cuda MFS_BIN="$w" TMPDIR="/tmp/gc-$tool" \
 			"$build/tests/test_serve_exit_at_end"
 		grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/gc-$tool/*/serve.log 2>/dev/null | sort | uniq -c
 	done
@@ -106,12 +102,16 @@ stream)
 		PRODUCE_ARGS="--gen.users 1000000 --gen.items 200000" bash bench/stream.sh "$build" "$out/stream-gpu-newids" 8000000
 	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=64 SECTIONS=timeseries \
 		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
-	# the highest sustained rate: 10 s at each rate with 4 producers (a run that falls behind
-	# fails with the mock's retention message: that rate was not sustained)
+	# the highest sustained rate: SUSTAIN_S (10) s at each rate with 4 producers, 1000-event
+	# messages and serve's defaults (no holdout, a full pass every 5 s, prequential scoring);
+	# a run that falls behind fails with the mock's retention message: that rate was not
+	# sustained. OUT/sustain-RATE-timeseries.csv has the applied rate every 0.5 s,
+	# OUT/sustain-RATE-ts-threads.csv serve's CPU per thread while the producers ran.
+	sus=${SUSTAIN_S:-10}
 	for r in ${SUSTAIN_RATES:-6000000 8000000 10000000}; do
-		step "stream-sustain-$r" 60 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 SECTIONS=timeseries \
-			TS_EVENTS=$((r * 10)) TS_RATE="$r" bash bench/stream.sh "$build" "$out/sustain-$r"
-		rm -f "$out/sustain-$r-timeseries.csv"
+		step "stream-sustain-$r" $((sus + 50)) env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 SECTIONS=timeseries \
+			TS_EPM=1000 TS_HOLDOUT=0 TS_FULLPASS_MS=5000 TS_EVENTS=$((r * sus)) TS_RATE="$r" \
+			bash bench/stream.sh "$build" "$out/sustain-$r"
 	done
 	;;
 bench)

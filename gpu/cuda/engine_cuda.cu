@@ -1031,6 +1031,40 @@ template <typename T> static const void *loss_fn(int k)
 	return NULL;
 }
 
+/* Wait for the engine's stream, whose loss or gather kernel may run beside the persistent
+ * kernel. If it has not finished after PK_BESIDE_MS, it most likely waits for an SM the
+ * persistent kernel holds (a tool or an MPS share changed what fits, and the residency check
+ * could not see it): stop the persistent kernel, which frees them, and stop it for loss and
+ * gather calls from then on. */
+#define PK_BESIDE_MS 2000
+static int beside_sync(struct cuda_impl *c)
+{
+	if (c->pk.running && c->pk.beside) {
+		const double t0 = mfs_now_s();
+		cudaError_t q;
+		for (unsigned spins = 0; (q = cudaStreamQuery(c->stream)) == cudaErrorNotReady; spins++) {
+			if (spins < 64) /* a loss pass takes tens of microseconds: spin first, as a sync would */
+				continue;
+			if (mfs_now_s() - t0 > PK_BESIDE_MS / 1e3) {
+				mfs_warn("cuda", "msg=\"a kernel beside the persistent kernel did not finish: loss and gather "
+				                 "kernels stop it from now on\" waited_ms=%d blocks=%d",
+				         PK_BESIDE_MS, c->pk.grid);
+				c->pk.beside = 0;
+				int rc = pk_stop(c);
+				if (rc)
+					return rc;
+				break;
+			}
+			struct timespec ts = {0, 2000};
+			nanosleep(&ts, NULL);
+		}
+		if (q != cudaSuccess && q != cudaErrorNotReady)
+			MFS_CUDA_TRY(q);
+	}
+	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	return 0;
+}
+
 static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -1058,11 +1092,13 @@ static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out
 	if (!h)
 		return ENOMEM;
 	cudaError_t err = cudaMemcpyAsync(h, c->d_part, blocks * 2 * sizeof(double), cudaMemcpyDeviceToHost, c->stream);
-	if (err == cudaSuccess)
-		err = cudaStreamSynchronize(c->stream);
 	if (err != cudaSuccess) {
 		free(h);
 		MFS_CUDA_TRY(err);
+	}
+	if ((rc = beside_sync(c))) {
+		free(h);
+		return rc;
 	}
 	for (size_t b = 0; b < blocks; b++) {
 		out->sse += h[2 * b];
@@ -1249,18 +1285,30 @@ static int pk_alive(struct cuda_impl *c)
 
 /* Poll a word of mapped host memory the kernel writes until it reaches want, checking every
  * few thousand polls that the kernel is alive. limit_s > 0: give up after that long and set
- * *late. */
+ * *late. A wait without a limit that lasts PK_STALL_S says so once (a kernel that stopped
+ * consuming is otherwise a silent hang). */
+#define PK_STALL_S 10.0
 static int pk_poll(struct cuda_impl *c, const unsigned long long *word, uint64_t want, double limit_s, int *late)
 {
-	const double t0 = limit_s > 0 ? mfs_now_s() : 0;
+	const double t0 = mfs_now_s();
+	int said = 0;
 	for (unsigned spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) < want; spins++) {
 		if ((spins & 4095) == 4095) {
 			int rc = pk_alive(c);
 			if (rc)
 				return rc;
-			if (limit_s > 0 && mfs_now_s() - t0 > limit_s) {
+			const double waited = mfs_now_s() - t0;
+			if (limit_s > 0 && waited > limit_s) {
 				*late = 1;
 				return 0;
+			}
+			if (limit_s <= 0 && !said && waited > PK_STALL_S) {
+				said = 1;
+				mfs_warn("cuda", "msg=\"persistent kernel made no progress\" waited_s=%.0f want=%llu at=%llu "
+				                 "published=%llu resident=%llu blocks=%d beside=%d",
+				         waited, (unsigned long long)want, __atomic_load_n(word, __ATOMIC_ACQUIRE),
+				         (unsigned long long)c->pk.published,
+				         __atomic_load_n(&c->pk.h_consumed[1], __ATOMIC_ACQUIRE), c->pk.grid, c->pk.beside);
 			}
 		}
 		if (spins > 64) {
@@ -1443,6 +1491,13 @@ static int pk_open(mfs_engine_t *e)
 	const char *pbs = getenv("MFS_CUDA_PK_BESIDE"); /* experiments: 0 = stop the kernel for every loss */
 	if (pbs && *pbs)
 		h->beside = h->beside && atoi(pbs) != 0;
+	/* under compute-sanitizer a query of the stream of a loss kernel queued beside the running
+	 * persistent kernel blocks until that kernel ends (seen with memcheck on the H100), so the
+	 * tool would hang serve: stop the kernel for loss and gather calls instead */
+	if (h->beside && getenv("NV_SANITIZER_INJECTION_PORT_BASE")) {
+		h->beside = 0;
+		mfs_info("cuda", "msg=\"compute-sanitizer attached: loss and gather kernels stop the persistent kernel\"");
+	}
 	const char *pco = getenv("MFS_CUDA_PK_CARVEOUT"); /* experiments: shared memory carveout, percent */
 	if (pco && *pco)
 		MFS_CUDA_TRY(cudaFuncSetAttribute(pf, cudaFuncAttributePreferredSharedMemoryCarveout, atoi(pco)));
@@ -1821,7 +1876,8 @@ static int gather_side(mfs_engine_t *e, const void *F, const float *b, const uin
 	MFS_CUDA_LAUNCHED();
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	if ((rc = beside_sync(c)))
+		return rc;
 	for (size_t j = 0; j < n; j++) {
 		float *d = dst + (size_t)rows[j] * k;
 		if (c->fp16) {
