@@ -16,7 +16,9 @@
 # throughput,latency,timeseries,snapshot) picks the parts; PARTITIONS (default 4) the topic's
 # partitions; EPM (default "100 1000") the events per message of the throughput runs; PRODUCERS
 # (default 1) the producer processes of a throughput or time-series run (n/PRODUCERS events
-# each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run;
+# each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run,
+# TS_EPM (default 100) its events per message, TS_HOLDOUT (0.02) and TS_FULLPASS_MS (1000) its
+# holdout and full-pass period, TS_ARGS more serve options (its CPU profile: OUT-ts-threads.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
 # (e.g. --gen.users 1000000). The embedded broker keeps ~5 MiB per
 # partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
@@ -173,19 +175,28 @@ fi
 if want timeseries; then
 csv=$out-timeseries.csv
 d=$tmp/snap-ts
-start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdout_fraction 0.02 \
-	--serve.fullpass_ms 1000 --snapshot.sync none
+start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdout_fraction "${TS_HOLDOUT:-0.02}" \
+	--serve.fullpass_ms "${TS_FULLPASS_MS:-1000}" --snapshot.sync none ${TS_ARGS:-}
 port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep -o 'port=[0-9]*' | cut -d= -f2)
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
+thread_ticks $spid >"$tmp/ticks-ts0"
+ts_t0=$(date +%s.%N)
 ts_n=${TS_EVENTS:-3000000}
 np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
 	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
-		--batch 100 --compact --rate $((${TS_RATE:-100000} / np)) 2>"$tmp/produce-ts-$j.log" &
+		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) 2>"$tmp/produce-ts-$j.log" &
 	pp[j]=$!
 done
 wait "${pp[@]}"
+# serve's CPU per thread while the producers ran (taken before the wait, which gives up when
+# serve falls behind: the profile then names the thread that could not keep up)
+thread_ticks $spid >"$tmp/ticks-ts1"
+ts_t1=$(date +%s.%N)
+rm -f "$out-ts-threads.csv"
+thread_profile "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$("$py" -c "print(f'{$ts_t1-$ts_t0:.2f}')")" "${TS_RATE:-100000}/s" \
+	"$out-ts-threads.csv"
 tail -qn1 "$tmp"/produce-ts-*.log
 ts_n=$((ts_n / np * np))
 wait_applied "$d" "$ts_n"
