@@ -6,7 +6,7 @@
 #   tar -C /tmp -xJf .devtools.txz
 #   /tmp/.devtools/run perf record -g -p PID -- sleep 10   (or: /tmp/.devtools/run gdb -p PID -batch ...)
 # Whether the GPU machine's container allows perf_event_open is its own business: try
-# `.devtools/run perf stat -- true` first.
+# `/tmp/.devtools/run perf stat -- true` first.
 set -euo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"

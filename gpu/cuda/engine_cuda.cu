@@ -1492,8 +1492,9 @@ static int pk_open(mfs_engine_t *e)
 	if (pbs && *pbs)
 		h->beside = h->beside && atoi(pbs) != 0;
 	/* under compute-sanitizer a query of the stream of a loss kernel queued beside the running
-	 * persistent kernel blocks until that kernel ends (seen with memcheck on the H100), so the
-	 * tool would hang serve: stop the kernel for loss and gather calls instead */
+	 * persistent kernel did not return while that kernel ran (memcheck on the H100; beside_sync
+	 * cannot time out a call that never returns), so the tool would hang serve: stop the
+	 * kernel for loss and gather calls instead */
 	if (h->beside && getenv("NV_SANITIZER_INJECTION_PORT_BASE")) {
 		h->beside = 0;
 		mfs_info("cuda", "msg=\"compute-sanitizer attached: loss and gather kernels stop the persistent kernel\"");
