@@ -195,7 +195,27 @@ struct mfs_learner {
 	pthread_mutex_t st_mu;
 	mfs_learner_stats_t st;
 	mfs_catalog_t *cat; /* metrics (NULL: none) */
+	/* where this thread's time goes: seconds per phase, and when the phase now running began */
+	double ph[MFS_LPH__COUNT], ph_t;
+	double st_next_s; /* next stats_update while idle */
+	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
 };
+
+static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",      "grow",     "score", "submit",
+                                                       "record", "full_pass", "snapshot", "other"};
+
+const char *mfs_learner_phase_name(int phase)
+{
+	return phase >= 0 && phase < MFS_LPH__COUNT ? phase_names[phase] : NULL;
+}
+
+/* The phase that just ended was p: charge it the time since the last mark. One clock read. */
+static inline void ph_mark(mfs_learner_t *l, int p)
+{
+	const double t = mfs_now_s();
+	l->ph[p] += t - l->ph_t;
+	l->ph_t = t;
+}
 
 static applied_off_t *off_get(mfs_learner_t *l, const char *topic, int32_t partition)
 {
@@ -289,7 +309,9 @@ static void stats_update(mfs_learner_t *l)
 	s.prequential_rmse = l->pq_rmse_last;
 	s.holdout_rmse = l->hold_rmse;
 	s.window_rmse = l->win_rmse;
+	memcpy(s.phase_s, l->ph, sizeof s.phase_s);
 	double now = mfs_now_s();
+	l->st_next_s = now + 0.5;
 	if (now >= l->mem_next_s) { /* device memory: a driver call, so at most twice a second */
 		uint64_t used, total;
 		l->mem_next_s = now + 0.5;
@@ -423,11 +445,13 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 			l->tr_[nt++] = ev->rating;
 		}
 	}
+	ph_mark(l, MFS_LPH_ROWS);
 	if (l->m->n_users != l->grown_users || l->m->n_items != l->grown_items) {
 		if ((rc = mfs_engine_grow(l->e)))
 			return mfs_errf(l->err, sizeof l->err, rc, "engine grow: %s", mfs_strerror(rc));
 		l->grown_users = l->m->n_users;
 		l->grown_items = l->m->n_items;
+		ph_mark(l, MFS_LPH_GROW);
 	}
 	mfs_batch_t bt = {l->tu_, l->ti_, l->tr_, nt}, bh = {l->hu_, l->hi_, l->hr_, nh};
 	if (l->c->serve_prequential) { /* test, then train: every event is scored before it is learned */
@@ -443,12 +467,14 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 				l->pq_n += ls.n;
 			}
 		}
+		ph_mark(l, MFS_LPH_SCORE);
 	}
 	l->digest += b->digest;
 	if (b->n)
 		mfs_model_observe(l->m, sum, b->n);
 	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
+	ph_mark(l, MFS_LPH_SUBMIT);
 	if ((rc = window_add(&l->win, bt.u, bt.i, bt.r, nt)) || (rc = window_add(&l->hwin, bh.u, bh.i, bh.r, nh)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	l->held_out += nh;
@@ -481,8 +507,11 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	l->batches++;
 	if (b->n_off || b->n)
 		l->dirty = 1;
-	if (l->c->test_apply_delay_ms > 0)
+	ph_mark(l, MFS_LPH_RECORD);
+	if (l->c->test_apply_delay_ms > 0) {
 		mfs_sleep_ms(l->c->test_apply_delay_ms);
+		ph_mark(l, MFS_LPH_OTHER);
+	}
 	return 0;
 }
 
@@ -733,12 +762,23 @@ static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
 {
 	double now = mfs_now_s();
 	uint64_t ev = l->m->events_applied + l->held_out;
+	/* the learner thread's time since the last line, as shares of it: busy = all but wait */
+	char ph[256];
+	size_t o = 0;
+	double busy = 0, dt = now - *last_t > 0 ? now - *last_t : 1;
+	for (int p = 0; p < MFS_LPH__COUNT; p++) {
+		const double d = l->ph[p] - l->log_ph[p];
+		busy += p == MFS_LPH_WAIT ? 0 : d;
+		if (p != MFS_LPH_WAIT && o < sizeof ph)
+			o += (size_t)snprintf(ph + o, sizeof ph - o, " learner_%s=%.3f", phase_names[p], d / dt);
+		l->log_ph[p] = l->ph[p];
+	}
 	mfs_info("serve", "msg=progress events_applied=%" PRIu64 " held_out=%" PRIu64 " events_per_s=%.0f users=%u items=%u"
 	         " snapshots=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
-	         " latency_p50_ms=%.1f latency_p99_ms=%.1f",
+	         " latency_p50_ms=%.1f latency_p99_ms=%.1f learner_busy=%.3f%s",
 	         l->m->events_applied, l->held_out, (double)(ev - *last_ev) / (now - *last_t), l->m->n_users,
 	         l->m->n_items, l->snapshots, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
-	         mfs_bring_fill(l->ring), lat_quantile(&l->snap_lat, 0.5), lat_quantile(&l->snap_lat, 0.99));
+	         mfs_bring_fill(l->ring), lat_quantile(&l->snap_lat, 0.5), lat_quantile(&l->snap_lat, 0.99), busy / dt, ph);
 	*last_t = now;
 	*last_ev = ev;
 }
@@ -758,7 +798,9 @@ static int run(mfs_learner_t *l)
 		if (l->apl_head < l->apl_n && tmo > 1) /* batches in flight on the engine: look again soon */
 			tmo = 1;
 		mfs_ebatch_t *b = NULL;
+		ph_mark(l, MFS_LPH_OTHER);
 		int prc = mfs_bring_pop(l->ring, tmo < 1 ? 1 : tmo, &b);
+		ph_mark(l, MFS_LPH_WAIT);
 		if (prc == EPIPE)
 			break;
 		if (b) {
@@ -770,6 +812,7 @@ static int run(mfs_learner_t *l)
 				return rc;
 			if (barrier) {
 				rc = snapshot(l, barrier == MFS_EBATCH_FINAL ? "shutdown" : "revoke", 1);
+				ph_mark(l, MFS_LPH_SNAPSHOT);
 				stats_update(l);
 				mfs_bring_barrier_done(l->ring, gen);
 				if (rc)
@@ -784,6 +827,7 @@ static int run(mfs_learner_t *l)
 		if (now >= next_pass) {
 			if (l->c->serve_window > 0 && (rc = full_pass(l)))
 				return rc;
+			ph_mark(l, MFS_LPH_FULL_PASS);
 			next_pass = now + pass_period;
 		}
 		const uint64_t snaps = l->snapshots;
@@ -805,8 +849,10 @@ static int run(mfs_learner_t *l)
 				deferred = 0;
 			}
 		}
+		ph_mark(l, MFS_LPH_SNAPSHOT);
 		applied_poll(l);
-		if (b || l->snapshots != snaps) /* a snapshot written after the last batch shows too */
+		/* a snapshot written after the last batch shows too; idle time twice a second */
+		if (b || l->snapshots != snaps || now >= l->st_next_s)
 			stats_update(l);
 		if (now >= next_log) {
 			log_progress(l, &last_log_t, &last_log_ev);
@@ -856,6 +902,7 @@ static void *thread_main(void *arg)
 	if ((rc = pthread_create(&l->wthread, NULL, writer_main, l))) {
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {
+		l->ph_t = mfs_now_s();
 		rc = run(l);
 		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
 		if (!rc)
@@ -871,12 +918,16 @@ static void *thread_main(void *arg)
 		mfs_bring_fail(l->ring); /* the consumer sees EPIPE and stops */
 	}
 	stats_update(l);
+	char ph[320];
+	size_t o = 0;
+	for (int p = 0; p < MFS_LPH__COUNT && o < sizeof ph; p++)
+		o += (size_t)snprintf(ph + o, sizeof ph - o, " learner_%s_s=%.3f", phase_names[p], l->ph[p]);
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
 	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f"
-	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f",
+	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f%s",
 	         l->m->events_applied, l->held_out, l->messages, l->snapshots, l->snap_deferred,
 	         lat_quantile(&l->snap_lat, 0.5), lat_quantile(&l->snap_lat, 0.99), l->snap_lat.n,
-	         lat_quantile(&l->apl_lat, 0.5), lat_quantile(&l->apl_lat, 0.99));
+	         lat_quantile(&l->apl_lat, 0.5), lat_quantile(&l->apl_lat, 0.99), ph);
 	l->thread_rc = rc;
 	return NULL;
 }

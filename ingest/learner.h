@@ -27,6 +27,23 @@
 
 typedef struct mfs_learner mfs_learner_t;
 
+/* Where the learner thread's time goes (mfstream_learner_seconds{phase}, the progress log):
+ * ops/catalog.def lists the label values in this order. */
+enum mfs_learner_phase {
+	MFS_LPH_WAIT = 0,  /* blocked on the ring: no batch to apply */
+	MFS_LPH_ROWS,      /* ids -> rows (new ids get rows), running mean, holdout split */
+	MFS_LPH_GROW,      /* the engine grows its tables to the model's rows */
+	MFS_LPH_SCORE,     /* test-then-train scoring (serve.prequential) */
+	MFS_LPH_SUBMIT,    /* SGD: the engine takes the batch (ring publish, a launch, or the CPU's updates) */
+	MFS_LPH_RECORD,    /* retained windows, offsets, message timestamps */
+	MFS_LPH_FULL_PASS, /* the periodic full pass and the learning-rate update */
+	MFS_LPH_SNAPSHOT,  /* quiesce, gather and stage touched rows; finish the writer's job */
+	MFS_LPH_OTHER,     /* applied-latency polls, stats, logs */
+	MFS_LPH__COUNT
+};
+/** "wait", "rows", ... (the label values; NULL out of range). */
+const char *mfs_learner_phase_name(int phase);
+
 typedef struct mfs_learner_stats {
 	uint64_t events_applied, events_held_out, messages, batches, snapshots;
 	uint64_t rejected[MFS_REJ__COUNT];
@@ -40,6 +57,7 @@ typedef struct mfs_learner_stats {
 	uint64_t lat_n;
 	double applied_p50_ms, applied_p99_ms; /* message create time -> applied by the engine */
 	double gpu_mem_used, gpu_mem_total; /* bytes; 0 with a host engine */
+	double phase_s[MFS_LPH__COUNT]; /* learner thread seconds per phase since start */
 } mfs_learner_stats_t;
 
 /** Create the model, load the newest snapshot in snapshot.dir (if any) and open the writer.

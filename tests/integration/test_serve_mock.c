@@ -11,6 +11,8 @@
  */
 #include "serve_help.h"
 
+#include "ingest/learner.h"
+
 
 #define N_PARTS 3
 #define N_EVENTS 50000
@@ -87,9 +89,24 @@ static void check_metrics(const char *log, uint64_t n)
 	TEST_ASSERT(sh_metric(body, "mfstream_event_to_snapshot_seconds_count") > 0);
 	double age = sh_metric(body, "mfstream_snapshot_age_seconds");
 	TEST_ASSERT_MSG(age >= 0 && age < 30, "snapshot age %g s", age);
-	fprintf(stderr, "  /metrics: %g events applied, %g messages consumed, snapshot age %g s\n",
+	/* the learner's time by phase: each phase that had work shows some, and together they
+	 * account for the learner's life (it starts after the engine opens, and idle time is
+	 * published twice a second) */
+	double sum = 0, up = (double)mfs_wall_ms() / 1000.0 - sh_metric(body, "mfstream_start_time_seconds");
+	for (int p = 0; p < MFS_LPH__COUNT; p++) {
+		char series[128];
+		snprintf(series, sizeof series, "mfstream_learner_seconds{phase=\"%s\"}", mfs_learner_phase_name(p));
+		double v = sh_metric(body, series);
+		TEST_ASSERT_MSG(v >= 0, "%s = %g", series, v);
+		if (p == MFS_LPH_WAIT || p == MFS_LPH_ROWS || p == MFS_LPH_SCORE || p == MFS_LPH_SUBMIT ||
+		    p == MFS_LPH_RECORD || p == MFS_LPH_SNAPSHOT)
+			TEST_ASSERT_MSG(v > 0, "%s = %g", series, v);
+		sum += v;
+	}
+	TEST_ASSERT_MSG(sum <= up + 0.05 && sum >= 0.25 * up, "learner phases sum to %g s in %g s up", sum, up);
+	fprintf(stderr, "  /metrics: %g events applied, %g messages consumed, snapshot age %g s, learner phases %.2f s of %.2f s up\n",
 	        sh_metric(body, "mfstream_events_applied_total"), sh_metric(body, "mfstream_messages_consumed_total"),
-	        sh_metric(body, "mfstream_snapshot_age_seconds"));
+	        sh_metric(body, "mfstream_snapshot_age_seconds"), sum, up);
 }
 
 /* Every user and item of the produced stream (sh_synth_conf, seed) has a row in the snapshot,

@@ -6,6 +6,7 @@
 
 #include "common/err.h"
 #include "ingest/event.h"
+#include "ingest/learner.h"
 #include "ops/catalog.h"
 #include "testhelp.h"
 
@@ -129,6 +130,29 @@ static void test_reject_reasons_follow_the_enum(void)
 	mfs_metrics_free(r);
 }
 
+static void test_learner_phases_follow_the_enum(void)
+{
+	mfs_metrics_t *r;
+	TEST_OK(mfs_metrics_init(&r));
+	mfs_catalog_t cat;
+	TEST_OK(mfs_catalog_register(r, &cat, errstr, sizeof errstr));
+	for (int i = 0; i < MFS_LPH__COUNT; i++) {
+		TEST_ASSERT_MSG(cat.learner_seconds_at[i] != NULL, "phase %d", i);
+		mfs_gauge_set(cat.learner_seconds_at[i], i + 0.5);
+	}
+	TEST_ASSERT(MFS_LPH__COUNT < MFS_CAT_FIXED_MAX && cat.learner_seconds_at[MFS_LPH__COUNT] == NULL);
+	TEST_ASSERT(mfs_learner_phase_name(MFS_LPH__COUNT) == NULL && mfs_learner_phase_name(-1) == NULL);
+	char *t;
+	TEST_OK(mfs_metrics_render(r, &t, NULL));
+	for (int i = 0; i < MFS_LPH__COUNT; i++) {
+		char s[128];
+		snprintf(s, sizeof s, "mfstream_learner_seconds{phase=\"%s\"}", mfs_learner_phase_name(i));
+		TEST_NEAR(sample(t, s), i + 0.5, 0);
+	}
+	free(t);
+	mfs_metrics_free(r);
+}
+
 static void test_scrape_hook(void)
 {
 	mfs_metrics_t *r;
@@ -198,6 +222,7 @@ int main(void)
 {
 	TEST_RUN(test_register_and_render);
 	TEST_RUN(test_reject_reasons_follow_the_enum);
+	TEST_RUN(test_learner_phases_follow_the_enum);
 	TEST_RUN(test_scrape_hook);
 	TEST_RUN(test_doc_matches_catalog);
 	return TEST_REPORT();
