@@ -177,6 +177,7 @@ void mfs_engine_close(mfs_engine_t *e)
 {
 	if (!e)
 		return;
+	(void)mfs_engine_capture_wait(e); /* its buffers go with the engine */
 	e->iface->close(e);
 	free(e);
 }
@@ -224,6 +225,48 @@ int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_us
 	if (!e->iface->sync_rows)
 		return mfs_engine_sync(e);
 	return e->iface->sync_rows(e, user_rows, n_users, item_rows, n_items);
+}
+
+/* bias then k factors per row, in the order given */
+static void copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst)
+{
+	for (size_t j = 0; j < n; j++) {
+		float *d = dst + j * (1 + (size_t)k);
+		d[0] = b[rows[j]];
+		memcpy(d + 1, F + (size_t)rows[j] * (size_t)k, (size_t)k * sizeof *F);
+	}
+}
+
+int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
+                       const uint32_t *item_rows, size_t n_items, float *dst_items)
+{
+	if (!e || (n_users && !dst_users) || (n_items && !dst_items))
+		return MFS_EINVAL;
+	int rc = mfs_engine_capture_wait(e);
+	if (rc)
+		return rc;
+	if (e->iface->capture) { /* the rows' checks first: the same as sync_rows' */
+		for (size_t j = 0; j < n_users; j++)
+			if (!user_rows || user_rows[j] >= e->model->n_users)
+				return MFS_EINVAL;
+		for (size_t j = 0; j < n_items; j++)
+			if (!item_rows || item_rows[j] >= e->model->n_items)
+				return MFS_EINVAL;
+		return e->iface->capture(e, user_rows, n_users, dst_users, item_rows, n_items, dst_items);
+	}
+	if ((rc = mfs_engine_sync_rows(e, user_rows, n_users, item_rows, n_items)))
+		return rc;
+	const mfs_model_t *m = e->model;
+	copy_rows(m->bu, m->P, m->k, user_rows, n_users, dst_users);
+	copy_rows(m->bi, m->Q, m->k, item_rows, n_items, dst_items);
+	return 0;
+}
+
+int mfs_engine_capture_wait(mfs_engine_t *e)
+{
+	if (!e)
+		return MFS_EINVAL;
+	return e->iface->capture_wait ? e->iface->capture_wait(e) : 0;
 }
 
 void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)

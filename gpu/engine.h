@@ -126,6 +126,22 @@ int mfs_engine_sync(mfs_engine_t *e);
  *  @return 0, MFS_EINVAL (row out of range), ENOMEM, MFS_EGPU. */
 int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
                          size_t n_items);
+/** Snapshots off the learner's path. Capture the values of the given rows as they are now
+ *  (every batch given to mfs_engine_sgd applied, none given later) into dst_users / dst_items:
+ *  per row, in the order given, the bias then the k factors (n x (1 + k) floats, fp32).
+ *  It returns once later batches can no longer change what is captured; the values are in
+ *  dst once mfs_engine_capture_wait has returned. The CUDA engine gathers the rows on the
+ *  device (beside its persistent kernel), starts the copy to the host and returns: the copy
+ *  and the fp16 conversion are left to the caller of capture_wait (the snapshot writer thread).
+ *  Host engines bring the rows up to date and copy them before returning. The host model's
+ *  rows are not updated (mfs_engine_sync_rows does that). One capture at a time: a capture
+ *  or close while one is outstanding waits for it first. Rows as mfs_engine_sync_rows.
+ *  @return 0, MFS_EINVAL (row out of range, NULL dst with rows), ENOMEM, MFS_EGPU. */
+int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
+                       const uint32_t *item_rows, size_t n_items, float *dst_items);
+/** Wait for the last capture's values (from any one thread; a no-op without one outstanding).
+ *  @return 0, or MFS_EGPU (the copy failed: dst holds no values). */
+int mfs_engine_capture_wait(mfs_engine_t *e);
 /** Memory of the engine's device: in use (by every process) and total, in bytes.
  *  @return 0, MFS_ENODEV (a host engine has no device memory), MFS_EGPU. */
 int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total);

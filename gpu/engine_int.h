@@ -27,6 +27,11 @@ struct mfs_engine_i {
 	/* (optional; rows already checked against the model; absent: sync) */
 	int (*sync_rows)(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni);
 	int (*sgd_set_stream)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch); /* (optional) */
+	/* (optional, with capture_wait; rows already checked; absent: sync_rows, then a copy of the
+	 * host rows before returning) */
+	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+	               float *di);
+	int (*capture_wait)(mfs_engine_t *e);
 };
 
 struct mfs_engine {

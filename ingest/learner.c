@@ -578,8 +578,13 @@ static void *writer_main(void *arg)
 		j->err[0] = '\0';
 		if (l->c->test_publish_delay_ms > 0)
 			mfs_sleep_ms(l->c->test_publish_delay_ms);
+		/* the rows' values: a device engine's copy to the host ends here (mfs_engine_capture) */
+		int crc = mfs_engine_capture_wait(l->e);
 		j->t0 = mfs_now_s();
-		j->rc = mfs_snap_publish_stage(l->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
+		if (crc)
+			j->rc = mfs_errf(j->err, sizeof j->err, crc, "engine capture: %s", mfs_strerror(crc));
+		else
+			j->rc = mfs_snap_publish_stage(l->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
 		j->t1 = mfs_now_s();
 		j->commit_ms = mfs_wall_ms();
 		pthread_mutex_lock(&l->wmu);
@@ -658,9 +663,6 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 		return rc;
 	if (!l->dirty)
 		return 0;
-	/* only the rows this snapshot writes come back from a device engine */
-	if ((rc = mfs_engine_sync_rows(l->e, l->tu.rows, l->tu.n, l->ti.rows, l->ti.n)))
-		return mfs_errf(l->err, sizeof l->err, rc, "engine sync: %s", mfs_strerror(rc));
 	snap_job_t *j = &l->job;
 	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
 	mfs_snap_info_t rows = {
@@ -670,8 +672,14 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	char e[512] = "";
 	if (!j->stage && !(j->stage = mfs_snap_stage_new()))
 		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
-	if ((rc = mfs_snap_stage_fill(j->stage, l->m, &rows, e, sizeof e)))
+	/* the ids here; the values of only the rows this snapshot writes are captured by the engine
+	 * as of this batch boundary, and a device engine's copy of them to the host is left to the
+	 * writer (mfs_engine_capture_wait there) */
+	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, e, sizeof e)))
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
+	if ((rc = mfs_engine_capture(l->e, l->tu.rows, l->tu.n, mfs_snap_stage_values(j->stage, 0, NULL), l->ti.rows,
+	                             l->ti.n, mfs_snap_stage_values(j->stage, 1, NULL))))
+		return mfs_errf(l->err, sizeof l->err, rc, "engine capture: %s", mfs_strerror(rc));
 	if ((rc = mfs_grow((void **)&j->offs, &j->cap_offs, l->n_offs + 1, sizeof *j->offs)))
 		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
 	j->n_offs = 0;

@@ -37,6 +37,7 @@
 #include "snapshots/snap_writer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <lmdb.h>
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ struct stage_side {
 	char *str; /* the string ids' bytes */
 	size_t str_n, str_cap;
 	int sorted; /* r[] is in key order without repeats (copied stages sort on the writer's side) */
+	int unchecked; /* v[] is filled after staging (mfs_snap_stage_fill_ids): check it publishing */
 };
 
 struct mfs_snap_stage {
@@ -305,13 +307,15 @@ static void side_sort(struct stage_side *ss)
 /* Collect and check one entity's rows into side ss. rows == NULL: every row. copy: the values
  * and string ids are copied into ss (the model may change afterwards) and the sort is left to
  * mfs_snap_publish_stage, i.e. to the writer thread; else ss borrows the model's arrays and
- * ids, valid until the model changes (mfs_snap_publish's own use), and is sorted here. */
+ * ids, valid until the model changes (mfs_snap_publish's own use), and is sorted here.
+ * copy == 2: the ids only; v[] is sized and left for the caller to fill (checked publishing). */
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
                      int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
 	ss->sorted = 0;
+	ss->unchecked = copy == 2;
 	ss->str_n = 0;
 	ss->mb = copy ? NULL : b;
 	ss->mF = copy ? NULL : F;
@@ -337,7 +341,7 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		uint32_t row = rows ? rows[i] : (uint32_t)i;
 		if (row >= n_model)
 			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row, n_model);
-		if (!row_finite(b, F, row, k))
+		if (copy != 2 && !row_finite(b, F, row, k))
 			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published", ent,
 			                row);
 		mfs_id_t id = mfs_idmap_key(map, row);
@@ -365,6 +369,8 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 			continue;
 		}
 		ss->r[i].row = (uint32_t)i;
+		if (copy == 2)
+			continue;
 		float *v = ss->v + i * w;
 		v[0] = b[row];
 		memcpy(v + 1, F + (size_t)row * (size_t)k, (size_t)k * sizeof(float));
@@ -421,6 +427,43 @@ int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_sna
 	if (!s || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill: NULL argument");
 	return stage_fill(s, m, info, 1, errstr, errstr_size);
+}
+
+int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
+                            size_t errstr_size)
+{
+	if (!s || !m || !info)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill_ids: NULL argument");
+	return stage_fill(s, m, info, 2, errstr, errstr_size);
+}
+
+float *mfs_snap_stage_values(mfs_snap_stage_t *s, int side, size_t *n)
+{
+	if (n)
+		*n = s && (side == 0 || side == 1) ? s->side[side].n : 0;
+	if (!s || (side != 0 && side != 1) || !s->side[side].unchecked || s->side[side].sorted)
+		return NULL;
+	return s->side[side].v;
+}
+
+/* The values a stage filled by ids got later: every one finite, or the stage is not published. */
+static int side_check_values(const struct stage_side *ss, const char *ent, int k, char *errstr, size_t es)
+{
+	const size_t w = 1 + (size_t)k;
+	for (size_t i = 0; ss->unchecked && i < ss->n; i++) {
+		const float *v = ss->v + (size_t)ss->r[i].row * w;
+		for (size_t j = 0; j < w; j++) {
+			if (isfinite(v[j]))
+				continue;
+			const mfs_id_t id = ss->r[i].id;
+			if (id.kind == MFS_ID_STR)
+				return mfs_errf(errstr, es, MFS_ENAN, "%s \"%.*s\" has a NaN or infinite value; nothing published",
+				                ent, (int)id.len, id.str);
+			return mfs_errf(errstr, es, MFS_ENAN, "%s %" PRIu64 " has a NaN or infinite value; nothing published", ent,
+			                (uint64_t)id.num);
+		}
+	}
+	return 0;
 }
 
 static int check_info(const mfs_snap_stage_t *st, const mfs_snap_info_t *info, char *errstr, size_t es)
@@ -613,6 +656,9 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 	int rc;
 	if (!w || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
+	if ((rc = side_check_values(&m->side[0], "user", m->k, errstr, errstr_size)) ||
+	    (rc = side_check_values(&m->side[1], "item", m->k, errstr, errstr_size)))
+		return rc;
 	side_sort(&m->side[0]);
 	side_sort(&m->side[1]);
 	if (w->sw_fatal)

@@ -79,6 +79,16 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s);
  *  @return 0, MFS_EINVAL, MFS_ENAN, MFS_EIDLEN, ENOMEM. */
 int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
                         size_t errstr_size);
+/** As mfs_snap_stage_fill, but only the ids of the rows: their values come later, possibly
+ *  from another thread (a device engine's mfs_engine_capture), into mfs_snap_stage_values()
+ *  before mfs_snap_publish_stage, which checks them (all finite) before it writes anything.
+ *  @return 0, MFS_EINVAL, MFS_EIDLEN, ENOMEM. */
+int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
+                            size_t errstr_size);
+/** The values of side 0 (users) or 1 (items) of a stage filled by ids and not yet published:
+ *  n x (1 + k) floats, per row the bias then the k factors, rows in the order info listed them;
+ *  *n (if not NULL) the rows. NULL otherwise (or with no rows room may still be NULL). */
+float *mfs_snap_stage_values(mfs_snap_stage_t *s, int side, size_t *n);
 /** Publish a filled stage with info's meta, offsets and extra records (its row lists are not
  *  used: the stage has the rows). Sorts the stage's rows by key first (in place, once).
  *  Errors as mfs_snap_publish. */

@@ -98,11 +98,17 @@ struct cuda_impl {
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
 	struct pk_host pk;
-	/* sync_rows: rows to gather, gathered rows and biases (device, and pinned host) */
+	/* sync_rows and capture: rows to gather, gathered rows and biases (device, and pinned host) */
 	uint32_t *g_rows;
 	void *g_F, *g_hF;
 	float *g_b, *g_hb;
 	size_t g_cap;
+	/* the outstanding capture: gathered (the learner may go on), copied to g_hF/g_hb (the
+	 * writer converts into cap_du/cap_di) */
+	cudaEvent_t cap_gathered, cap_copied;
+	int cap_pending;
+	float *cap_du, *cap_di;
+	size_t cap_nu, cap_ni;
 };
 
 /* ---- storage traits: how the deterministic and loss kernels read and write one factor ---- */
@@ -800,6 +806,10 @@ static void cuda_close(mfs_engine_t *e)
 	cudaFree(c->g_b);
 	cudaFreeHost(c->g_hF);
 	cudaFreeHost(c->g_hb);
+	if (c->cap_gathered)
+		cudaEventDestroy(c->cap_gathered);
+	if (c->cap_copied)
+		cudaEventDestroy(c->cap_copied);
 	cudaFree(c->P);
 	cudaFree(c->Q);
 	cudaFree(c->bu);
@@ -856,6 +866,10 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		err = cudaMalloc(&c->d_skipped, sizeof(unsigned long long));
 	if (err == cudaSuccess)
 		err = cudaMemset(c->d_skipped, 0, sizeof(unsigned long long));
+	if (err == cudaSuccess)
+		err = cudaEventCreateWithFlags(&c->cap_gathered, cudaEventDisableTiming);
+	if (err == cudaSuccess)
+		err = cudaEventCreateWithFlags(&c->cap_copied, cudaEventDisableTiming);
 	if (err != cudaSuccess) {
 		mfs_errf(errstr, es, MFS_EGPU, "CUDA device %d: %s", c->dev, cudaGetErrorString(err));
 		cuda_close(e);
@@ -1037,12 +1051,13 @@ template <typename T> static const void *loss_fn(int k)
  * could not see it): stop the persistent kernel, which frees them, and stop it for loss and
  * gather calls from then on. */
 #define PK_BESIDE_MS 2000
-static int beside_sync(struct cuda_impl *c)
+static int beside_wait(struct cuda_impl *c, cudaEvent_t ev)
 {
 	if (c->pk.running && c->pk.beside) {
 		const double t0 = mfs_now_s();
 		cudaError_t q;
-		for (unsigned spins = 0; (q = cudaStreamQuery(c->stream)) == cudaErrorNotReady; spins++) {
+		for (unsigned spins = 0; (q = ev ? cudaEventQuery(ev) : cudaStreamQuery(c->stream)) == cudaErrorNotReady;
+		     spins++) {
 			if (spins < 64) /* a loss pass takes tens of microseconds: spin first, as a sync would */
 				continue;
 			if (mfs_now_s() - t0 > PK_BESIDE_MS / 1e3) {
@@ -1061,9 +1076,15 @@ static int beside_sync(struct cuda_impl *c)
 		if (q != cudaSuccess && q != cudaErrorNotReady)
 			MFS_CUDA_TRY(q);
 	}
-	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	if (ev)
+		MFS_CUDA_TRY(cudaEventSynchronize(ev));
+	else
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
 	return 0;
 }
+
+/* Wait for the engine's stream (see beside_wait). */
+static int beside_sync(struct cuda_impl *c) { return beside_wait(c, NULL); }
 
 static int launch_loss(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
 {
@@ -1834,6 +1855,69 @@ static int cuda_sync(mfs_engine_t *e)
 	return 0;
 }
 
+/* Room for n gathered rows (doubling). Allocations only while the persistent kernel is
+ * stopped, and never under an outstanding capture (its copy reads these buffers). */
+static int gather_reserve(mfs_engine_t *e, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	const int k = e->model->k;
+	int rc;
+	if (n <= c->g_cap)
+		return 0;
+	if ((rc = pk_stop(c)))
+		return rc;
+	size_t nc = c->g_cap ? c->g_cap : 4096;
+	while (nc < n)
+		nc *= 2;
+	cudaFree(c->g_rows);
+	cudaFree(c->g_F);
+	cudaFree(c->g_b);
+	cudaFreeHost(c->g_hF);
+	cudaFreeHost(c->g_hb);
+	c->g_rows = NULL, c->g_F = c->g_hF = NULL, c->g_b = c->g_hb = NULL, c->g_cap = 0;
+	MFS_CUDA_TRY(cudaMalloc(&c->g_rows, nc * sizeof *c->g_rows));
+	MFS_CUDA_TRY(cudaMalloc(&c->g_F, nc * (size_t)k * c->es));
+	MFS_CUDA_TRY(cudaMalloc(&c->g_b, nc * sizeof(float)));
+	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hF, nc * (size_t)k * c->es, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hb, nc * sizeof(float), cudaHostAllocDefault));
+	c->g_cap = nc;
+	return 0;
+}
+
+/* Gather rows g_rows[at, at + n) of one table (F, b) into g_F/g_b[at, at + n) on the engine's
+ * stream (rows already uploaded there). */
+static int gather_launch(mfs_engine_t *e, const void *F, const float *b, size_t at, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	const int k = e->model->k;
+	if (!n)
+		return 0;
+	const size_t want = (n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+	const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
+	void *dF = (char *)c->g_F + at * (size_t)k * c->es;
+	if (c->fp16)
+		gather_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const __half *)F, b, c->g_rows + at, n, k, (__half *)dF, c->g_b + at);
+	else
+		gather_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const float *)F, b, c->g_rows + at, n, k, (float *)dF, c->g_b + at);
+	MFS_CUDA_LAUNCHED();
+	return 0;
+}
+
+/* Gathered row j (pinned g_hF/g_hb, copied back) as fp32: the bias to *bias, k factors to f. */
+static void gathered_row(const struct cuda_impl *c, size_t j, int k, float *bias, float *f)
+{
+	*bias = c->g_hb[j];
+	if (c->fp16) {
+		const __half *h = (const __half *)c->g_hF + j * (size_t)k;
+		for (int x = 0; x < k; x++)
+			f[x] = __half2float(h[x]);
+	} else {
+		memcpy(f, (const float *)c->g_hF + j * (size_t)k, (size_t)k * sizeof(float));
+	}
+}
+
 /* Gather n rows of one table (F, b) on the device and copy them into the host model's dst/bdst. */
 static int gather_side(mfs_engine_t *e, const void *F, const float *b, const uint32_t *rows, size_t n, float *dst,
                        float *bdst)
@@ -1843,53 +1927,19 @@ static int gather_side(mfs_engine_t *e, const void *F, const float *b, const uin
 	int rc;
 	if (!n)
 		return 0;
-	if (n > c->g_cap) { /* grow (doubling): allocations only while the persistent kernel is stopped */
-		if ((rc = pk_stop(c)))
-			return rc;
-		size_t nc = c->g_cap ? c->g_cap : 4096;
-		while (nc < n)
-			nc *= 2;
-		cudaFree(c->g_rows);
-		cudaFree(c->g_F);
-		cudaFree(c->g_b);
-		cudaFreeHost(c->g_hF);
-		cudaFreeHost(c->g_hb);
-		c->g_rows = NULL, c->g_F = c->g_hF = NULL, c->g_b = c->g_hb = NULL, c->g_cap = 0;
-		MFS_CUDA_TRY(cudaMalloc(&c->g_rows, nc * sizeof *c->g_rows));
-		MFS_CUDA_TRY(cudaMalloc(&c->g_F, nc * (size_t)k * c->es));
-		MFS_CUDA_TRY(cudaMalloc(&c->g_b, nc * sizeof(float)));
-		MFS_CUDA_TRY(cudaHostAlloc(&c->g_hF, nc * (size_t)k * c->es, cudaHostAllocDefault));
-		MFS_CUDA_TRY(cudaHostAlloc(&c->g_hb, nc * sizeof(float), cudaHostAllocDefault));
-		c->g_cap = nc;
-	}
+	if ((rc = gather_reserve(e, n)))
+		return rc;
 	if (!c->pk.beside && (rc = pk_stop(c)))
 		return rc;
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows, rows, n * sizeof *rows, cudaMemcpyHostToDevice, c->stream));
-	const unsigned blocks = (unsigned)((n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK < 4096
-	                                       ? (n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK
-	                                       : 4096);
-	if (c->fp16)
-		gather_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
-			(const __half *)F, b, c->g_rows, n, k, (__half *)c->g_F, c->g_b);
-	else
-		gather_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
-			(const float *)F, b, c->g_rows, n, k, (float *)c->g_F, c->g_b);
-	MFS_CUDA_LAUNCHED();
+	if ((rc = gather_launch(e, F, b, 0, n)))
+		return rc;
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
 	if ((rc = beside_sync(c)))
 		return rc;
-	for (size_t j = 0; j < n; j++) {
-		float *d = dst + (size_t)rows[j] * k;
-		if (c->fp16) {
-			const __half *h = (const __half *)c->g_hF + j * (size_t)k;
-			for (int x = 0; x < k; x++)
-				d[x] = __half2float(h[x]);
-		} else {
-			memcpy(d, (const float *)c->g_hF + j * (size_t)k, (size_t)k * sizeof(float));
-		}
-		bdst[rows[j]] = c->g_hb[j];
-	}
+	for (size_t j = 0; j < n; j++)
+		gathered_row(c, j, k, &bdst[rows[j]], dst + (size_t)rows[j] * k);
 	return 0;
 }
 
@@ -1912,6 +1962,76 @@ static int cuda_sync_rows(mfs_engine_t *e, const uint32_t *ur, size_t nu, const 
 	if ((rc = gather_side(e, c->P, c->bu, ur, nu, m->P, m->bu)))
 		return rc;
 	return gather_side(e, c->Q, c->bi, ir, ni, m->Q, m->bi);
+}
+
+/* A snapshot's rows without the learner waiting for the copy: quiesce, gather both tables'
+ * rows into g_F/g_b beside the running kernel (users first, then items), start the copy to
+ * the pinned g_hF/g_hb and return once the gather has run (later batches change P and Q, not
+ * the gathered copy). cuda_capture_wait, on the writer thread, waits for the copy and converts. */
+static int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+                        float *di)
+{
+	struct cuda_impl *c = impl_of(e);
+	const mfs_model_t *m = e->model;
+	const int k = m->k;
+	const size_t n = nu + ni, w = 1 + (size_t)k;
+	int rc;
+	if ((rc = pk_quiesce(c)))
+		return rc;
+	int on_dev = 1;
+	for (size_t j = 0; j < nu && on_dev; j++)
+		on_dev = ur[j] < c->n_u;
+	for (size_t j = 0; j < ni && on_dev; j++)
+		on_dev = ir[j] < c->n_i;
+	if (!on_dev) { /* rows grow has not given the device yet: the whole-table path, then copy */
+		if ((rc = cuda_sync(e)))
+			return rc;
+		for (size_t j = 0; j < nu; j++) {
+			du[j * w] = m->bu[ur[j]];
+			memcpy(du + j * w + 1, m->P + (size_t)ur[j] * k, (size_t)k * sizeof(float));
+		}
+		for (size_t j = 0; j < ni; j++) {
+			di[j * w] = m->bi[ir[j]];
+			memcpy(di + j * w + 1, m->Q + (size_t)ir[j] * k, (size_t)k * sizeof(float));
+		}
+		return 0;
+	}
+	if (!n)
+		return 0;
+	if ((rc = gather_reserve(e, n)))
+		return rc;
+	if (!c->pk.beside && (rc = pk_stop(c)))
+		return rc;
+	if (nu)
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows, ur, nu * sizeof *ur, cudaMemcpyHostToDevice, c->stream));
+	if (ni)
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows + nu, ir, ni * sizeof *ir, cudaMemcpyHostToDevice, c->stream));
+	if ((rc = gather_launch(e, c->P, c->bu, 0, nu)) || (rc = gather_launch(e, c->Q, c->bi, nu, ni)))
+		return rc;
+	MFS_CUDA_TRY(cudaEventRecord(c->cap_gathered, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaEventRecord(c->cap_copied, c->stream));
+	c->cap_du = du, c->cap_di = di, c->cap_nu = nu, c->cap_ni = ni;
+	c->cap_pending = 1; /* from here on close and the next capture wait for the copy */
+	return beside_wait(c, c->cap_gathered);
+}
+
+static int cuda_capture_wait(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (!c || !c->cap_pending)
+		return 0;
+	c->cap_pending = 0;
+	const int k = e->model->k;
+	const size_t w = 1 + (size_t)k;
+	MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
+	MFS_CUDA_TRY(cudaEventSynchronize(c->cap_copied));
+	for (size_t j = 0; j < c->cap_nu; j++)
+		gathered_row(c, j, k, c->cap_du + j * w, c->cap_du + j * w + 1);
+	for (size_t j = 0; j < c->cap_ni; j++)
+		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
+	return 0;
 }
 
 static int cuda_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
@@ -1977,5 +2097,5 @@ static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, 
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_sync_rows, cuda_sgd_set_stream,
+	cuda_drain,    cuda_progress, cuda_sync_rows, cuda_sgd_set_stream, cuda_capture,  cuda_capture_wait,
 };

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -253,6 +254,72 @@ static void test_exactly_once_oversubscribed(void)
 	unsetenv("MFS_CUDA_PK_OVERSUBSCRIBE");
 }
 
+/* A snapshot's capture beside the running kernel: the values it delivers are those of the
+ * moment of the call (every earlier batch applied, none later), in the order the rows were
+ * named, even though the next batches change those rows before the copy is waited for; rows
+ * not yet given to the device come from the host; bad arguments are refused. */
+static void test_capture_beside_stream(void)
+{
+	const int k = 64;
+	const uint32_t n = 3000;
+	mfs_model_conf_t mc = {k, 0.1, 5}; /* random factors: fp16 storage shows in the conversion */
+	mfs_model_t *m;
+	TEST_OK(mfs_model_init(&mc, &m));
+	m->mu = 0;
+	add_rows(m, n, n);
+	mfs_engine_t *e = open_cuda(m, 1);
+	mfs_hparams_t hp = {0.05f, 0.01f, 0.01f, 0.01f, 0.01f, 1.0f, 5.0f};
+	TEST_OK(mfs_engine_set_hparams(e, &hp));
+	uint32_t *u = malloc(n * sizeof *u), *it = malloc(n * sizeof *it), *ur = malloc(n * sizeof *ur);
+	float *r = malloc(n * sizeof *r), *want = malloc((size_t)n * (1 + k) * sizeof *want),
+	      *du = malloc((size_t)n * (1 + k) * sizeof *du), *di = malloc((1 + k) * sizeof *di);
+	TEST_ASSERT(u && it && ur && r && want && du && di);
+	for (uint32_t x = 0; x < n; x++)
+		u[x] = x, it[x] = (x * 7) % n, ur[x] = n - 1 - x, r[x] = 1.0f + (float)(x % 5);
+	mfs_batch_t b = {u, it, r, n};
+	for (int rep = 0; rep < 3; rep++) {
+		TEST_OK(mfs_engine_sgd(e, &b));
+		/* the reference: the same rows brought to the host the old way (quiesce, gather, wait) */
+		TEST_OK(mfs_engine_sync_rows(e, ur, n, it, 1));
+		for (uint32_t x = 0; x < n; x++) {
+			want[(size_t)x * (1 + k)] = m->bu[ur[x]];
+			memcpy(want + (size_t)x * (1 + k) + 1, m->P + (size_t)ur[x] * k, k * sizeof(float));
+		}
+		const float want_bi = m->bi[it[0]];
+		TEST_OK(mfs_engine_capture(e, ur, n, du, it, 1, di));
+		TEST_OK(mfs_engine_sgd(e, &b)); /* every captured user row moves before the copy is waited for */
+		TEST_OK(mfs_engine_sgd(e, &b));
+		TEST_OK(mfs_engine_drain(e));
+		TEST_OK(mfs_engine_capture_wait(e));
+		size_t diff = 0;
+		for (size_t x = 0; x < (size_t)n * (1 + k); x++)
+			diff += du[x] != want[x];
+		TEST_ASSERT_MSG(diff == 0 && di[0] == want_bi, "fp16=%d rep %d: %zu of %zu captured values differ", g_fp16,
+		                rep, diff, (size_t)n * (1 + k));
+		TEST_OK(mfs_engine_sync_rows(e, ur, n, NULL, 0));
+		size_t moved = 0;
+		for (uint32_t x = 0; x < n; x++)
+			moved += m->bu[ur[x]] != want[(size_t)x * (1 + k)];
+		TEST_ASSERT_MSG(moved == n, "the later batches moved %zu of %u captured rows", moved, n);
+	}
+	/* a row the device has not been given (grow not called yet): the host's value */
+	add_rows(m, n + 1, n);
+	const uint32_t fresh = n;
+	m->bu[fresh] = 0.75f;
+	TEST_OK(mfs_engine_capture(e, &fresh, 1, du, NULL, 0, NULL));
+	TEST_OK(mfs_engine_capture_wait(e));
+	TEST_ASSERT(du[0] == 0.75f);
+	const uint32_t bad = m->n_users;
+	TEST_EQ_INT(mfs_engine_capture(e, &bad, 1, du, NULL, 0, NULL), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_capture(e, ur, 1, NULL, NULL, 0, NULL), MFS_EINVAL);
+	/* one outstanding at close: close waits for it */
+	TEST_OK(mfs_engine_grow(e));
+	TEST_OK(mfs_engine_capture(e, ur, n, du, NULL, 0, NULL));
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	free(u), free(it), free(ur), free(r), free(want), free(du), free(di);
+}
+
 /* The ring must learn at least as well as the launch-per-batch path it replaces (both use the
  * sampled hot-row modes of streaming batches). The CPU engine's RMSE is printed beside: on this
  * deliberately hot stream (one item takes 8 % of the ratings) the sampled modes of both GPU
@@ -275,6 +342,7 @@ int main(void)
 		TEST_RUN(test_exactly_once_k128);
 		TEST_RUN(test_exactly_once_whole_gpu);
 		TEST_RUN(test_exactly_once_oversubscribed);
+		TEST_RUN(test_capture_beside_stream);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}

@@ -559,6 +559,36 @@ static void test_growth(void)
 	mfs_model_free(m);
 }
 
+/* Capture (snapshots): the values of the named rows, in the order named, bias then factors,
+ * as they are at the call; later updates do not reach them; bad arguments are refused. */
+static void test_capture(void)
+{
+	const int k = 8;
+	mfs_model_t *m = mk_model(k, 6, 5, 3);
+	mfs_engine_t *e = open_cpu(m, 2, 0, 1);
+	static const uint32_t ur[] = {5, 0, 5}, ir[] = {4};
+	float du[3 * (1 + 8)], di[1 + 8];
+	TEST_OK(mfs_engine_capture(e, ur, 3, du, ir, 1, di));
+	TEST_OK(mfs_engine_capture_wait(e));
+	for (int j = 0; j < 3; j++) {
+		TEST_ASSERT(du[j * (1 + k)] == m->bu[ur[j]]);
+		TEST_ASSERT(memcmp(du + j * (1 + k) + 1, m->P + (size_t)ur[j] * k, k * sizeof(float)) == 0);
+	}
+	TEST_ASSERT(di[0] == m->bi[4] && memcmp(di + 1, m->Q + 4 * k, k * sizeof(float)) == 0);
+	const float was = du[0];
+	uint32_t u = 5, i = 4;
+	float r = 5;
+	mfs_batch_t b = {&u, &i, &r, 1};
+	TEST_OK(mfs_engine_sgd(e, &b));
+	TEST_ASSERT(m->bu[5] != was && du[0] == was); /* a copy, not a view */
+	const uint32_t bad = m->n_users;
+	TEST_EQ_INT(mfs_engine_capture(e, &bad, 1, du, NULL, 0, NULL), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_capture(e, ur, 1, NULL, NULL, 0, NULL), MFS_EINVAL);
+	TEST_OK(mfs_engine_capture(e, NULL, 0, NULL, NULL, 0, NULL)); /* nothing to capture */
+	mfs_engine_close(e);
+	mfs_model_free(m);
+}
+
 /* ---- learning ----------------------------------------------------------------------------- */
 
 /* Hogwild! with 2 threads reaches the deterministic mode's test RMSE within 1%, both on set
@@ -744,6 +774,7 @@ int main(void)
 	TEST_RUN(test_validation);
 	TEST_RUN(test_nonfinite_guard);
 	TEST_RUN(test_growth);
+	TEST_RUN(test_capture);
 	TEST_RUN(test_hogwild_vs_det);
 	TEST_RUN(test_convergence);
 	TEST_RUN(test_registry);

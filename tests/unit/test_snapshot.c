@@ -726,6 +726,83 @@ static void test_stage_sorts_on_publish(void)
 	mfs_model_free(m);
 }
 
+/* A stage filled by ids takes its values later (a device engine's capture), per row in the
+ * order the rows were named: what is written is those values, not the model's; a non-finite
+ * value refuses the publish (nothing written, the last snapshot stays); a published stage
+ * has no values to give until the next fill. */
+static void test_stage_ids_then_values(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_model_t *m = model_new(4);
+	add_user(m, str_id("zed"));   /* row 0 */
+	add_user(m, mfs_id_u64(900)); /* row 1 */
+	add_item(m, mfs_id_u64(1));   /* row 0 */
+	fill_random(m);
+	static const uint32_t urows[] = {1, 0}, irows[] = {0};
+	mfs_snap_info_t in = info_default();
+	in.user_rows = urows, in.n_user_rows = 2, in.item_rows = irows, in.n_item_rows = 1;
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st != NULL);
+	TEST_ASSERT(mfs_snap_stage_values(st, 0, NULL) == NULL); /* not filled by ids */
+	m->P[1] = NAN; /* the model's values are not the stage's: no check at fill */
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	size_t nu = 0, ni = 0;
+	float *vu = mfs_snap_stage_values(st, 0, &nu), *vi = mfs_snap_stage_values(st, 1, &ni);
+	TEST_ASSERT(vu != NULL && vi != NULL && nu == 2 && ni == 1 && mfs_snap_stage_values(st, 2, NULL) == NULL);
+	if (!vu || !vi)
+		return;
+	for (int j = 0; j < 2 * 5; j++)
+		vu[j] = 10.0f * (float)(j / 5) + (float)(j % 5); /* user urows[j / 5]: bias, f0..f3 */
+	for (int j = 0; j < 5; j++)
+		vi[j] = -1.0f - (float)j;
+	mfs_snap_writer_t *w = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w, errbuf, sizeof errbuf));
+	if (!w)
+		return;
+	uint64_t seq = 0;
+	TEST_OK(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf));
+	TEST_ASSERT(mfs_snap_stage_values(st, 0, NULL) == NULL); /* sorted and written */
+	mfs_snap_t *s = NULL;
+	TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+	if (s) {
+		float v[4], bias;
+		mfs_snap_id_t id = snap_id_of(mfs_id_u64(900)); /* named first: the first values */
+		TEST_OK(mfs_snap_user(s, &id, &bias, v));
+		TEST_ASSERT_MSG(bias == 0 && v[0] == 1 && v[3] == 4, "user 900: %g %g %g", bias, v[0], v[3]);
+		id = snap_id_of(str_id("zed"));
+		TEST_OK(mfs_snap_user(s, &id, &bias, v));
+		TEST_ASSERT_MSG(bias == 10 && v[0] == 11 && v[3] == 14, "user zed: %g %g %g", bias, v[0], v[3]);
+		id = snap_id_of(mfs_id_u64(1));
+		TEST_OK(mfs_snap_item(s, &id, &bias, v));
+		TEST_ASSERT_MSG(bias == -1 && v[3] == -5, "item 1: %g %g", bias, v[3]);
+		mfs_snap_close(s);
+	}
+	/* a NaN among the later values: refused, and the stage names the row by its id */
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	vu = mfs_snap_stage_values(st, 0, NULL);
+	TEST_ASSERT(vu != NULL);
+	if (vu) {
+		for (int j = 0; j < 10; j++)
+			vu[j] = 0.5f;
+		vu[5 + 2] = INFINITY; /* zed's f1 */
+		vi = mfs_snap_stage_values(st, 1, NULL);
+		for (int j = 0; vi && j < 5; j++)
+			vi[j] = 0.5f;
+		TEST_EQ_INT(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf), MFS_ENAN);
+		TEST_ASSERT_MSG(strstr(errbuf, "zed") != NULL, "errstr: %s", errbuf);
+	}
+	mfs_snap_meta_t meta;
+	TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+	if (s) {
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_EQ_INT(meta.seq, 1);
+		mfs_snap_close(s);
+	}
+	mfs_snap_writer_close(w);
+	mfs_snap_stage_free(st);
+	mfs_model_free(m);
+}
+
 /* Every snapshot.sync mode writes the same snapshots: two publishes into one environment per
  * mode (the second a partial one, so the copy-on-write path runs), a reader sees each, and a
  * reopen after close (which flushes) finds the second. A mode out of range is refused. */
@@ -843,6 +920,7 @@ int main(void)
 	TEST_RUN(test_sync_modes);
 	TEST_RUN(test_stage_is_a_copy);
 	TEST_RUN(test_stage_sorts_on_publish);
+	TEST_RUN(test_stage_ids_then_values);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", root);
