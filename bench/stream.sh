@@ -18,7 +18,9 @@
 # (default 1) the producer processes of a throughput or time-series run (n/PRODUCERS events
 # each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run,
 # TS_EPM (default 100) its events per message, TS_HOLDOUT (0.02) and TS_FULLPASS_MS (1000) its
-# holdout and full-pass period, TS_ARGS more serve options (its CPU profile: OUT-ts-threads.csv);
+# holdout and full-pass period, TS_ARGS more serve options, TS_PRODUCE_ARGS more options of its
+# producers (its CPU profile: OUT-ts-threads.csv;
+# where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
 # (e.g. --gen.users 1000000). The embedded broker keeps ~5 MiB per
 # partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
@@ -85,6 +87,37 @@ with open(csv, "a") as f:
         f.write(f"{label},{k},{n[k]},{cpu:.2f},{cpu / wall:.3f}\n")
 print(f"  busiest threads ({label}, {wall:.1f} s): " +
       ", ".join(f"{k} x{n[k]} {cpu / wall:.0%}" for cpu, k in rows[:6]))
+PY
+}
+learner_phases() { # port -> "phase seconds" per mfstream_learner_seconds series, and events
+	"$py" - "$1" <<'PY'
+import re, sys, urllib.request
+t = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+for m in re.finditer(r'^mfstream_learner_seconds\{phase="(\w+)"\} (\S+)$', t, re.M):
+    print(m.group(1), m.group(2))
+for name in ("mfstream_events_applied_total", "mfstream_events_held_out_total"):
+    m = re.search(rf"^{name} (\S+)$", t, re.M)
+    print(name, m.group(1) if m else 0)
+PY
+}
+phase_profile() { # before after wall_s label csv: the learner's seconds per phase over the run
+	"$py" - "$@" <<'PY'
+import os, sys
+before, after, wall, label, csv = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+load = lambda p: {k: float(v) for k, v in (l.split() for l in open(p) if l.strip())}
+b, a = load(before), load(after)
+ev = sum(a[k] - b.get(k, 0) for k in a if k.startswith("mfstream_events"))
+rows = [(k, a[k] - b.get(k, 0)) for k in a if not k.startswith("mfstream_events")]
+new = not os.path.exists(csv)
+with open(csv, "a") as f:
+    if new:
+        f.write("run,phase,seconds,share,ns_per_event\n")
+    for k, s in rows:
+        f.write(f"{label},{k},{s:.3f},{s / wall:.3f},{s * 1e9 / ev if ev else 0:.1f}\n")
+busy = sum(s for k, s in rows if k != "wait")
+print(f"  learner ({label}, {wall:.1f} s, {ev:.0f} events): busy {busy / wall:.0%}, "
+      f"{busy * 1e9 / ev if ev else 0:.0f} ns/event: " +
+      ", ".join(f"{k} {s / wall:.0%}" for k, s in sorted(rows, key=lambda r: -r[1]) if k != "wait" and s / wall >= 0.005))
 PY
 }
 start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
@@ -183,22 +216,26 @@ port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
 thread_ticks $spid >"$tmp/ticks-ts0"
+learner_phases "$port" >"$tmp/phases-ts0"
 ts_t0=$(date +%s.%N)
 ts_n=${TS_EVENTS:-3000000}
 np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
 	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
-		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) 2>"$tmp/produce-ts-$j.log" &
+		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) ${TS_PRODUCE_ARGS:-} \
+		2>"$tmp/produce-ts-$j.log" &
 	pp[j]=$!
 done
 wait "${pp[@]}"
 # serve's CPU per thread while the producers ran (taken before the wait, which gives up when
 # serve falls behind: the profile then names the thread that could not keep up)
 thread_ticks $spid >"$tmp/ticks-ts1"
+learner_phases "$port" >"$tmp/phases-ts1"
 ts_t1=$(date +%s.%N)
-rm -f "$out-ts-threads.csv"
-thread_profile "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$("$py" -c "print(f'{$ts_t1-$ts_t0:.2f}')")" "${TS_RATE:-100000}/s" \
-	"$out-ts-threads.csv"
+rm -f "$out-ts-threads.csv" "$out-ts-learner.csv"
+ts_wall=$("$py" -c "print(f'{$ts_t1-$ts_t0:.2f}')")
+thread_profile "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$ts_wall" "${TS_RATE:-100000}/s" "$out-ts-threads.csv"
+phase_profile "$tmp/phases-ts0" "$tmp/phases-ts1" "$ts_wall" "${TS_RATE:-100000}/s" "$out-ts-learner.csv"
 tail -qn1 "$tmp"/produce-ts-*.log
 ts_n=$((ts_n / np * np))
 wait_applied "$d" "$ts_n"
