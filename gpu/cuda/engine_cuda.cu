@@ -1918,52 +1918,6 @@ static void gathered_row(const struct cuda_impl *c, size_t j, int k, float *bias
 	}
 }
 
-/* Gather n rows of one table (F, b) on the device and copy them into the host model's dst/bdst. */
-static int gather_side(mfs_engine_t *e, const void *F, const float *b, const uint32_t *rows, size_t n, float *dst,
-                       float *bdst)
-{
-	struct cuda_impl *c = impl_of(e);
-	const int k = e->model->k;
-	int rc;
-	if (!n)
-		return 0;
-	if ((rc = gather_reserve(e, n)))
-		return rc;
-	if (!c->pk.beside && (rc = pk_stop(c)))
-		return rc;
-	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows, rows, n * sizeof *rows, cudaMemcpyHostToDevice, c->stream));
-	if ((rc = gather_launch(e, F, b, 0, n)))
-		return rc;
-	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	if ((rc = beside_sync(c)))
-		return rc;
-	for (size_t j = 0; j < n; j++)
-		gathered_row(c, j, k, &bdst[rows[j]], dst + (size_t)rows[j] * k);
-	return 0;
-}
-
-/* The rows a snapshot writes: quiesce (every queued batch applied; the kernel idles), gather
- * them beside it, copy back. Rows the device has not been given yet (grow not called) are not
- * on it: the host's values are current for those. */
-static int cuda_sync_rows(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
-{
-	struct cuda_impl *c = impl_of(e);
-	mfs_model_t *m = e->model;
-	int rc;
-	if ((rc = pk_quiesce(c)))
-		return rc;
-	for (size_t j = 0; j < nu; j++)
-		if (ur[j] >= c->n_u)
-			return cuda_sync(e); /* not uploaded yet: the whole-table path handles it */
-	for (size_t j = 0; j < ni; j++)
-		if (ir[j] >= c->n_i)
-			return cuda_sync(e);
-	if ((rc = gather_side(e, c->P, c->bu, ur, nu, m->P, m->bu)))
-		return rc;
-	return gather_side(e, c->Q, c->bi, ir, ni, m->Q, m->bi);
-}
-
 /* A snapshot's rows without the learner waiting for the copy: quiesce, gather both tables'
  * rows into g_F/g_b beside the running kernel (users first, then items), start the copy to
  * the pinned g_hF/g_hb and return once the gather has run (later batches change P and Q, not
@@ -2032,6 +1986,36 @@ static int cuda_capture_wait(mfs_engine_t *e)
 	for (size_t j = 0; j < c->cap_ni; j++)
 		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
 	return 0;
+}
+
+/* Bring just these rows of the host model up to date: a capture, waited for here, scattered
+ * into the host's tables. */
+static int cuda_sync_rows(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
+{
+	mfs_model_t *m = e->model;
+	const int k = m->k;
+	const size_t w = 1 + (size_t)k;
+	int rc = cuda_capture_wait(e); /* one outstanding capture at a time */
+	if (rc)
+		return rc;
+	if (nu + ni == 0)
+		return pk_quiesce(impl_of(e));
+	float *du = (float *)malloc((nu + ni) * w * sizeof(float));
+	if (!du)
+		return ENOMEM;
+	float *di = du + nu * w;
+	if (!(rc = cuda_capture(e, ur, nu, du, ir, ni, di)) && !(rc = cuda_capture_wait(e))) {
+		for (size_t j = 0; j < nu; j++) {
+			m->bu[ur[j]] = du[j * w];
+			memcpy(m->P + (size_t)ur[j] * k, du + j * w + 1, (size_t)k * sizeof(float));
+		}
+		for (size_t j = 0; j < ni; j++) {
+			m->bi[ir[j]] = di[j * w];
+			memcpy(m->Q + (size_t)ir[j] * k, di + j * w + 1, (size_t)k * sizeof(float));
+		}
+	}
+	free(du);
+	return rc;
 }
 
 static int cuda_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
