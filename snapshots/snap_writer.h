@@ -87,7 +87,8 @@ int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs
                             size_t errstr_size);
 /** The values of side 0 (users) or 1 (items) of a stage filled by ids and not yet published:
  *  n x (1 + k) floats, per row the bias then the k factors, rows in the order info listed them;
- *  *n (if not NULL) the rows. NULL otherwise (or with no rows room may still be NULL). */
+ *  *n (if not NULL) the rows. NULL when the stage was not filled by ids or is published
+ *  already, or side is neither 0 nor 1; with no rows it may be NULL too (nothing to fill). */
 float *mfs_snap_stage_values(mfs_snap_stage_t *s, int side, size_t *n);
 /** Publish a filled stage with info's meta, offsets and extra records (its row lists are not
  *  used: the stage has the rows). Sorts the stage's rows by key first (in place, once).
