@@ -9,8 +9,10 @@
  * items. The first publish of a fresh environment writes every row (the base), then each rep
  * rewrites R rows of an existing snapshot - the steady state. Median of reps; rows/s = R / s.
  * Each sync mode (snapshot.sync) gets its own environment under DIR, all from one model.
- * stage_s: the part `serve`'s learner still spends per snapshot (mfs_snap_stage_fill, copying
- * the rows); the rest runs on its writer thread.
+ * stage_s: staging the rows (mfs_snap_stage_fill: ids and values copied), what `serve`'s
+ * learner spends per snapshot with the CPU engine (the ids, then the engine's copy of the
+ * values); with the CUDA engine the learner stages only the ids and the writer thread
+ * converts the values (mfs_engine_capture). The rest runs on the writer thread.
  */
 #include <inttypes.h>
 #include <stdio.h>

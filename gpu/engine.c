@@ -211,24 +211,21 @@ int mfs_engine_sync(mfs_engine_t *e)
 	return e->iface->sync ? e->iface->sync(e) : 0;
 }
 
-int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
-                         size_t n_items)
+/* Rows named for sync_rows or capture: a list wherever there are rows, each in the model. */
+static int rows_ok(const mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
 {
-	if (!e || (n_users && !user_rows) || (n_items && !item_rows))
-		return MFS_EINVAL;
-	for (size_t j = 0; j < n_users; j++)
-		if (user_rows[j] >= e->model->n_users)
-			return MFS_EINVAL;
-	for (size_t j = 0; j < n_items; j++)
-		if (item_rows[j] >= e->model->n_items)
-			return MFS_EINVAL;
-	if (!e->iface->sync_rows)
-		return mfs_engine_sync(e);
-	return e->iface->sync_rows(e, user_rows, n_users, item_rows, n_items);
+	if ((nu && !ur) || (ni && !ir))
+		return 0;
+	for (size_t j = 0; j < nu; j++)
+		if (ur[j] >= e->model->n_users)
+			return 0;
+	for (size_t j = 0; j < ni; j++)
+		if (ir[j] >= e->model->n_items)
+			return 0;
+	return 1;
 }
 
-/* bias then k factors per row, in the order given */
-static void copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst)
+void mfs_engine_copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst)
 {
 	for (size_t j = 0; j < n; j++) {
 		float *d = dst + j * (1 + (size_t)k);
@@ -237,28 +234,57 @@ static void copy_rows(const float *b, const float *F, int k, const uint32_t *row
 	}
 }
 
+/* mfs_engine_copy_rows the other way: src's rows into the tables */
+static void scatter_rows(float *b, float *F, int k, const uint32_t *rows, size_t n, const float *src)
+{
+	for (size_t j = 0; j < n; j++) {
+		const float *s = src + j * (1 + (size_t)k);
+		b[rows[j]] = s[0];
+		memcpy(F + (size_t)rows[j] * (size_t)k, s + 1, (size_t)k * sizeof *F);
+	}
+}
+
+int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
+                         size_t n_items)
+{
+	if (!e || !rows_ok(e, user_rows, n_users, item_rows, n_items))
+		return MFS_EINVAL;
+	if (!e->iface->capture)
+		return mfs_engine_sync(e);
+	if (n_users + n_items == 0)
+		return mfs_engine_drain(e);
+	/* a device engine: a capture of just these rows, waited for here, into the host's tables */
+	mfs_model_t *m = e->model;
+	const size_t w = 1 + (size_t)m->k;
+	float *du = malloc((n_users + n_items) * w * sizeof *du);
+	if (!du)
+		return ENOMEM;
+	float *di = du + n_users * w;
+	int rc = mfs_engine_capture(e, user_rows, n_users, du, item_rows, n_items, di);
+	if (!rc && !(rc = mfs_engine_capture_wait(e))) {
+		scatter_rows(m->bu, m->P, m->k, user_rows, n_users, du);
+		scatter_rows(m->bi, m->Q, m->k, item_rows, n_items, di);
+	}
+	free(du);
+	return rc;
+}
+
 int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
                        const uint32_t *item_rows, size_t n_items, float *dst_items)
 {
-	if (!e || (n_users && !dst_users) || (n_items && !dst_items))
+	if (!e || (n_users && !dst_users) || (n_items && !dst_items) ||
+	    !rows_ok(e, user_rows, n_users, item_rows, n_items))
 		return MFS_EINVAL;
 	int rc = mfs_engine_capture_wait(e);
 	if (rc)
 		return rc;
-	if (e->iface->capture) { /* the rows' checks first: the same as sync_rows' */
-		for (size_t j = 0; j < n_users; j++)
-			if (!user_rows || user_rows[j] >= e->model->n_users)
-				return MFS_EINVAL;
-		for (size_t j = 0; j < n_items; j++)
-			if (!item_rows || item_rows[j] >= e->model->n_items)
-				return MFS_EINVAL;
+	if (e->iface->capture)
 		return e->iface->capture(e, user_rows, n_users, dst_users, item_rows, n_items, dst_items);
-	}
-	if ((rc = mfs_engine_sync_rows(e, user_rows, n_users, item_rows, n_items)))
+	if ((rc = mfs_engine_sync(e))) /* a host engine: the host's rows are the model's */
 		return rc;
 	const mfs_model_t *m = e->model;
-	copy_rows(m->bu, m->P, m->k, user_rows, n_users, dst_users);
-	copy_rows(m->bi, m->Q, m->k, item_rows, n_items, dst_items);
+	mfs_engine_copy_rows(m->bu, m->P, m->k, user_rows, n_users, dst_users);
+	mfs_engine_copy_rows(m->bi, m->Q, m->k, item_rows, n_items, dst_items);
 	return 0;
 }
 

@@ -24,11 +24,9 @@ struct mfs_engine_i {
 	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
 	/* (optional; absent: both are the count of sgd calls) */
 	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-	/* (optional; rows already checked against the model; absent: sync) */
-	int (*sync_rows)(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni);
 	int (*sgd_set_stream)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch); /* (optional) */
-	/* (optional, with capture_wait; rows already checked; absent: sync_rows, then a copy of the
-	 * host rows before returning) */
+	/* (optional, with capture_wait; rows already checked; absent: sync, then a copy of the host
+	 * rows before returning). mfs_engine_sync_rows is a capture waited for and scattered. */
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
 	               float *di);
 	int (*capture_wait)(mfs_engine_t *e);
@@ -42,6 +40,15 @@ struct mfs_engine {
 	uint64_t sgd_calls; /* mfs_engine_sgd calls that succeeded */
 	void *impl;         /* implementation state */
 };
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Per row of rows, in order: b[row], then F's k factors of it, into dst (n x (1 + k)). */
+void mfs_engine_copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst);
+#ifdef __cplusplus
+}
+#endif
 
 extern const struct mfs_engine_i mfs_engine_cpu_i;
 #ifdef MFS_HAVE_CUDA

@@ -209,6 +209,16 @@ const char *mfs_learner_phase_name(int phase)
 	return phase >= 0 && phase < MFS_LPH__COUNT ? phase_names[phase] : NULL;
 }
 
+/* " learner_<phase><unit>=<sec / per>" for every phase (but wait unless with_wait), for logs */
+static void ph_format(char *buf, size_t size, const double *sec, double per, int with_wait, const char *unit)
+{
+	size_t o = 0;
+	buf[0] = '\0';
+	for (int p = 0; p < MFS_LPH__COUNT && o < size; p++)
+		if (with_wait || p != MFS_LPH_WAIT)
+			o += (size_t)snprintf(buf + o, size - o, " learner_%s%s=%.3f", phase_names[p], unit, sec[p] / per);
+}
+
 /* The phase that just ended was p: charge it the time since the last mark. One clock read. */
 static inline void ph_mark(mfs_learner_t *l, int p)
 {
@@ -772,15 +782,13 @@ static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
 	uint64_t ev = l->m->events_applied + l->held_out;
 	/* the learner thread's time since the last line, as shares of it: busy = all but wait */
 	char ph[256];
-	size_t o = 0;
-	double busy = 0, dt = now - *last_t > 0 ? now - *last_t : 1;
+	double d[MFS_LPH__COUNT], busy = 0, dt = now - *last_t > 0 ? now - *last_t : 1;
 	for (int p = 0; p < MFS_LPH__COUNT; p++) {
-		const double d = l->ph[p] - l->log_ph[p];
-		busy += p == MFS_LPH_WAIT ? 0 : d;
-		if (p != MFS_LPH_WAIT && o < sizeof ph)
-			o += (size_t)snprintf(ph + o, sizeof ph - o, " learner_%s=%.3f", phase_names[p], d / dt);
+		d[p] = l->ph[p] - l->log_ph[p];
+		busy += p == MFS_LPH_WAIT ? 0 : d[p];
 		l->log_ph[p] = l->ph[p];
 	}
+	ph_format(ph, sizeof ph, d, dt, 0, "");
 	mfs_info("serve", "msg=progress events_applied=%" PRIu64 " held_out=%" PRIu64 " events_per_s=%.0f users=%u items=%u"
 	         " snapshots=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
 	         " latency_p50_ms=%.1f latency_p99_ms=%.1f learner_busy=%.3f%s",
@@ -927,9 +935,7 @@ static void *thread_main(void *arg)
 	}
 	stats_update(l);
 	char ph[320];
-	size_t o = 0;
-	for (int p = 0; p < MFS_LPH__COUNT && o < sizeof ph; p++)
-		o += (size_t)snprintf(ph + o, sizeof ph - o, " learner_%s_s=%.3f", phase_names[p], l->ph[p]);
+	ph_format(ph, sizeof ph, l->ph, 1, 1, "_s");
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
 	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f"
 	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f%s",

@@ -98,7 +98,7 @@ struct cuda_impl {
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
 	struct pk_host pk;
-	/* sync_rows and capture: rows to gather, gathered rows and biases (device, and pinned host) */
+	/* capture: rows to gather, gathered rows and biases (device, and pinned host) */
 	uint32_t *g_rows;
 	void *g_F, *g_hF;
 	float *g_b, *g_hb;
@@ -1928,7 +1928,7 @@ static int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *d
 	struct cuda_impl *c = impl_of(e);
 	const mfs_model_t *m = e->model;
 	const int k = m->k;
-	const size_t n = nu + ni, w = 1 + (size_t)k;
+	const size_t n = nu + ni;
 	int rc;
 	if ((rc = pk_quiesce(c)))
 		return rc;
@@ -1940,14 +1940,8 @@ static int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *d
 	if (!on_dev) { /* rows grow has not given the device yet: the whole-table path, then copy */
 		if ((rc = cuda_sync(e)))
 			return rc;
-		for (size_t j = 0; j < nu; j++) {
-			du[j * w] = m->bu[ur[j]];
-			memcpy(du + j * w + 1, m->P + (size_t)ur[j] * k, (size_t)k * sizeof(float));
-		}
-		for (size_t j = 0; j < ni; j++) {
-			di[j * w] = m->bi[ir[j]];
-			memcpy(di + j * w + 1, m->Q + (size_t)ir[j] * k, (size_t)k * sizeof(float));
-		}
+		mfs_engine_copy_rows(m->bu, m->P, k, ur, nu, du);
+		mfs_engine_copy_rows(m->bi, m->Q, k, ir, ni, di);
 		return 0;
 	}
 	if (!n)
@@ -1986,36 +1980,6 @@ static int cuda_capture_wait(mfs_engine_t *e)
 	for (size_t j = 0; j < c->cap_ni; j++)
 		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
 	return 0;
-}
-
-/* Bring just these rows of the host model up to date: a capture, waited for here, scattered
- * into the host's tables. */
-static int cuda_sync_rows(mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
-{
-	mfs_model_t *m = e->model;
-	const int k = m->k;
-	const size_t w = 1 + (size_t)k;
-	int rc = cuda_capture_wait(e); /* one outstanding capture at a time */
-	if (rc)
-		return rc;
-	if (nu + ni == 0)
-		return pk_quiesce(impl_of(e));
-	float *du = (float *)malloc((nu + ni) * w * sizeof(float));
-	if (!du)
-		return ENOMEM;
-	float *di = du + nu * w;
-	if (!(rc = cuda_capture(e, ur, nu, du, ir, ni, di)) && !(rc = cuda_capture_wait(e))) {
-		for (size_t j = 0; j < nu; j++) {
-			m->bu[ur[j]] = du[j * w];
-			memcpy(m->P + (size_t)ur[j] * k, du + j * w + 1, (size_t)k * sizeof(float));
-		}
-		for (size_t j = 0; j < ni; j++) {
-			m->bi[ir[j]] = di[j * w];
-			memcpy(m->Q + (size_t)ir[j] * k, di + j * w + 1, (size_t)k * sizeof(float));
-		}
-	}
-	free(du);
-	return rc;
 }
 
 static int cuda_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
@@ -2081,5 +2045,5 @@ static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, 
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_sync_rows, cuda_sgd_set_stream, cuda_capture,  cuda_capture_wait,
+	cuda_drain,    cuda_progress, cuda_sgd_set_stream, cuda_capture,  cuda_capture_wait,
 };
