@@ -106,7 +106,7 @@ struct cuda_impl {
 	/* the outstanding capture: gathered (the learner may go on), copied to g_hF/g_hb (the
 	 * writer converts into cap_du/cap_di) */
 	cudaEvent_t cap_gathered, cap_copied;
-	int cap_pending;
+	int cap_pending, cap_copy_done; /* copy_done: capture itself waited for the copy */
 	float *cap_du, *cap_di;
 	size_t cap_nu, cap_ni;
 };
@@ -1844,7 +1844,10 @@ static int cuda_sync(mfs_engine_t *e)
 	struct cuda_impl *c = impl_of(e);
 	mfs_model_t *m = e->model;
 	int rc;
-	if ((rc = pk_quiesce(c))) /* every submitted batch applied; the kernel idles meanwhile */
+	/* every submitted batch applied; the kernel idles meanwhile, or, where nothing runs beside
+	 * it, stops: under compute-sanitizer (H200, memcheck) this copy, made beside the running
+	 * kernel after a capture had used the engine's stream, never returned */
+	if ((rc = c->pk.beside ? pk_quiesce(c) : pk_stop(c)))
 		return rc;
 	if (c->pk.on) /* and rows uploaded after the last batch have landed */
 		MFS_CUDA_TRY(cudaStreamSynchronize(c->pk.copy));
@@ -1962,7 +1965,12 @@ static int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *d
 	MFS_CUDA_TRY(cudaEventRecord(c->cap_copied, c->stream));
 	c->cap_du = du, c->cap_di = di, c->cap_nu = nu, c->cap_ni = ni;
 	c->cap_pending = 1; /* from here on close and the next capture wait for the copy */
-	return beside_wait(c, c->cap_gathered);
+	/* not beside (the kernel was stopped for the gather): wait for the copy too, here, before
+	 * the next batch relaunches the kernel, and not again in capture_wait, so the writer makes
+	 * no CUDA wait beside the running kernel (where nothing may run beside it, under
+	 * compute-sanitizer, such waits are what hung: see cuda_sync) */
+	c->cap_copy_done = !c->pk.beside;
+	return beside_wait(c, c->cap_copy_done ? c->cap_copied : c->cap_gathered);
 }
 
 static int cuda_capture_wait(mfs_engine_t *e)
@@ -1973,8 +1981,10 @@ static int cuda_capture_wait(mfs_engine_t *e)
 	c->cap_pending = 0;
 	const int k = e->model->k;
 	const size_t w = 1 + (size_t)k;
-	MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
-	MFS_CUDA_TRY(cudaEventSynchronize(c->cap_copied));
+	if (!c->cap_copy_done) {
+		MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
+		MFS_CUDA_TRY(cudaEventSynchronize(c->cap_copied));
+	}
 	for (size_t j = 0; j < c->cap_nu; j++)
 		gathered_row(c, j, k, c->cap_du + j * w, c->cap_du + j * w + 1);
 	for (size_t j = 0; j < c->cap_ni; j++)
