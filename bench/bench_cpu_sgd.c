@@ -32,6 +32,7 @@
 #include "config/config.h"
 #include "gpu/engine.h"
 #include "gpu/lr.h"
+#include "serve/stage_conf.h"
 
 struct opts {
 	long users, items, ratings, test, rank, k, threads, epochs, batch, train_loss, det;
@@ -287,7 +288,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	mfs_lr_t lrc;
-	mfs_lr_init(&lrc, &conf);
+	mfs_lr_conf_t lc;
+	mfs_lr_conf_from(&conf, conf.lr_schedule, &lc);
+	mfs_lr_init(&lrc, &lc);
 	mfs_conf_free(&conf);
 	float lam = (float)o.lambda;
 	mfs_hparams_t hp = {(float)lrc.lr, lam, lam, lam_b, lam_b, 1.0f, 5.0f};

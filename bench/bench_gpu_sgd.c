@@ -24,13 +24,13 @@
  * the epochs and the training seconds (sum of epoch times, loss passes excluded) it took.
  *
  * --variants runs several CUDA engine settings on the same data in one process (one engine
- * each, all from the same initial model): NAME@C sets MFS_CUDA_PLAIN_C=C (the plain-store
- * threshold of gpu/cuda/engine_cuda.cu, read at open) for that engine, NAME alone leaves the
+ * each, all from the same initial model): NAME@C sets engine.cuda.plain_c = C (the plain-store
+ * threshold of the CUDA engine, read at open; C = 0: atomic deltas everywhere) for that engine, NAME alone leaves the
  * default; NAME labels the row. A NAME starting with "ring" (ring, ring/B) runs each epoch
  * through the persistent kernel's device ring in pieces of B ratings (default 262144,
  * mfs_engine_sgd_set_stream): the kernel fed from the ring against one launch over the set,
  * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
- * kernel the whole GPU (engine conf whole_gpu) instead of leaving room for a loss kernel.
+ * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
  */
 #include <math.h>
 #include <pthread.h>
@@ -156,7 +156,10 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	const char *sl = strchr(variant, '/');
 	const size_t ring_batch = sl && atol(sl + 1) > 0 ? (size_t)atol(sl + 1) : 262144;
 	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
-	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring, !strncmp(variant, "ringfull", 8)};
+	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring, strncmp(variant, "ringfull", 8) != 0};
+	const char *at = strchr(variant, '@'); /* NAME@C: engine.cuda.plain_c = C (0: atomic deltas everywhere) */
+	if (at)
+		ec.cuda_plain_c = atof(at + 1) > 0 ? atof(at + 1) : -1;
 	mfs_engine_t *e;
 	char err[256];
 	if (mfs_engine_open(&ec, m, &e, err, sizeof err)) {
@@ -366,11 +369,6 @@ int main(int argc, char **argv)
 	for (int first = 1; first || var; first = 0, var = var ? strtok_r(NULL, ",", &save) : NULL) {
 		if (!var)
 			var = ""; /* no --variants: one run with the defaults */
-		const char *at = strchr(var, '@');
-		if (at)
-			setenv("MFS_CUDA_PLAIN_C", at + 1, 1);
-		else
-			unsetenv("MFS_CUDA_PLAIN_C");
 		if (run_variant(&o, m, is_cuda, fp16, var[0] ? var : "default", U, I, R, ntrain, TU, TI, TR, ntest,
 		                copy_gbps, t_gen))
 			return 1;

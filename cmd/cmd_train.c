@@ -16,6 +16,7 @@
 #include "gpu/engine.h"
 #include "gpu/lr.h"
 #include "ingest/dataset.h"
+#include "serve/stage_conf.h"
 #include "snapshots/snap_writer.h"
 
 static const mfs_conf_alias_t train_aliases[] = {
@@ -79,7 +80,8 @@ int mfs_cmd_train(int argc, char **argv)
 		exit_code = 2;
 		goto out;
 	}
-	mfs_model_conf_t mc = {(int)c.model_k, c.model_init_scale, (uint64_t)c.model_seed};
+	mfs_model_conf_t mc;
+	mfs_model_conf_from(&c, &mc);
 	if ((rc = mfs_model_init(&mc, &m))) {
 		fprintf(stderr, "mfstream train: model: %s\n", mfs_strerror(rc));
 		goto out;
@@ -114,7 +116,9 @@ int mfs_cmd_train(int argc, char **argv)
 		goto out;
 	}
 	mfs_lr_t lr;
-	mfs_lr_init(&lr, &c);
+	mfs_lr_conf_t lc;
+	mfs_lr_conf_from(&c, c.lr_schedule, &lc);
+	mfs_lr_init(&lr, &lc);
 	mfs_hparams_t hp;
 	mfs_hparams_from(&c, lr.lr, &hp);
 	mfs_batch_t bt = mfs_ratings_batch(&train), bs = mfs_ratings_batch(&test);

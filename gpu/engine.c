@@ -22,7 +22,6 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "config/config.h"
 #include "gpu/engine_int.h"
 #ifdef MFS_HAVE_CUDA
 #include "gpu/cuda/cuda_probe.h"
@@ -60,32 +59,6 @@ int mfs_engine_cuda_available(void)
 {
 	char why[256];
 	return engine_of(MFS_ENGINE_CUDA) != NULL && cuda_device_answers(0, why, sizeof why);
-}
-
-void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out)
-{
-	out->kind = c->engine_kind;
-	out->threads = (int)c->engine_threads;
-	out->deterministic = c->engine_deterministic;
-	out->device = (int)c->engine_device;
-	out->persistent = c->engine_persistent;
-	/* a loss kernel per batch needs room beside the persistent kernel; without one the kernel
-	 * takes the whole GPU and the full pass (every serve.fullpass_ms) and snapshot gathers stop
-	 * and relaunch it (tens of microseconds each) */
-	out->whole_gpu = !c->serve_prequential;
-	out->seed = (uint64_t)c->model_seed;
-	out->dtype = c->model_dtype;
-}
-
-void mfs_hparams_from(const struct mfs_conf *c, double lr, mfs_hparams_t *out)
-{
-	out->lr = (float)lr;
-	out->lambda_p = (float)c->sgd_lambda_p;
-	out->lambda_q = (float)c->sgd_lambda_q;
-	out->lambda_bu = (float)c->sgd_lambda_bu;
-	out->lambda_bi = (float)c->sgd_lambda_bi;
-	out->clip_min = (float)c->rating_min;
-	out->clip_max = (float)c->rating_max;
 }
 
 /* AUTO: CUDA if this build has the engine and the device answers, else CPU. */
@@ -152,18 +125,8 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	e->conf = *conf;
 	e->conf.kind = kind;
 	e->model = m;
-	/* Defaults until the caller sets its own: the configuration table's sgd.* defaults and no
-	 * clipping (a loss pass before set_hparams still means something). */
-	mfs_conf_t defaults;
-	if (mfs_conf_init(&defaults) == 0) {
-		mfs_hparams_from(&defaults, defaults.sgd_lr, &e->hp);
-		mfs_conf_free(&defaults);
-	} else {
-		free(e);
-		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: out of memory");
-	}
-	e->hp.clip_min = -INFINITY;
-	e->hp.clip_max = INFINITY;
+	/* until the caller sets its own (a loss pass before set_hparams still means something) */
+	e->hp = (mfs_hparams_t)MFS_HPARAMS_DEFAULT;
 	int rc = iface->open(e, errstr, errstr_size);
 	if (rc) {
 		free(e);

@@ -17,12 +17,11 @@
 #ifndef MFS_ENGINE_H
 #define MFS_ENGINE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "model_store/store.h"
-
-struct mfs_conf;
 
 enum mfs_engine_kind { MFS_ENGINE_AUTO = 0, MFS_ENGINE_CPU = 1, MFS_ENGINE_CUDA = 2 };
 enum mfs_dtype { MFS_DTYPE_FP32 = 0, MFS_DTYPE_FP16 = 1 };
@@ -38,15 +37,6 @@ typedef struct mfs_hparams {
 	float clip_min, clip_max; /* predictions are clipped to this range when scored */
 } mfs_hparams_t;
 
-/** Ratings as dense rows (structure of arrays). In a loss pass a row may be MFS_ROW_NONE
- *  (an id the model has never seen): it contributes no bias and no factors. */
-typedef struct mfs_batch {
-	const uint32_t *u;
-	const uint32_t *i;
-	const float *r;
-	size_t n;
-} mfs_batch_t;
-
 /** Result of a full pass: sums are reduced in a fixed order, so the result does not depend
  *  on the number of threads. */
 typedef struct mfs_loss {
@@ -61,21 +51,29 @@ typedef struct mfs_engine_conf {
 	int threads;       /* CPU workers; 0 = number of cores */
 	int deterministic; /* 1: one thread, ratings applied in order: bit-reproducible */
 	int device;        /* CUDA device ordinal */
-	uint64_t seed;     /* shuffling seed for set epochs */
+	uint64_t seed;     /* shuffling seed for resident epochs */
 	int dtype;         /* factor storage on the device: MFS_DTYPE_FP32 or MFS_DTYPE_FP16 (the CPU
 	                      engine and the host model are always fp32; arithmetic is fp32) */
 	int persistent;    /* CUDA: streaming batches (mfs_engine_sgd) through the persistent kernel's ring */
-	int whole_gpu;     /* CUDA persistent kernel: 1 = every block slot of the GPU, and a loss or gather
-	                      call stops it and the next batch relaunches it; 0 = leave one loss block per
-	                      SM free so those run beside it (for callers that score every batch) */
+	int frequent_loss; /* the caller scores (mfs_engine_loss) between most batches. CUDA persistent
+	                      kernel: 1 = leave one loss block per SM free so loss and gather kernels run
+	                      beside it; 0 = it takes every block slot of the GPU, and a loss or gather
+	                      call stops it and the next batch relaunches it */
+	/* Experiments and test hooks (the hidden engine.cuda.* and engine.cpu.* keys of the
+	 * configuration table); 0 leaves each to the engine. */
+	int cuda_rows_per_warp;    /* cap the Hogwild grid at rows / this many warps */
+	double cuda_plain_c;       /* rows held by at most this many warps at once take plain stores:
+	                              0 = the default (0.1), < 0 = none (atomic deltas everywhere) */
+	int cuda_pk_blocks_per_sm; /* the persistent kernel's blocks per SM */
+	int cuda_pk_stop_for_loss; /* 1: no loss or gather kernel beside the running persistent kernel */
+	int cuda_pk_carveout;      /* the persistent kernel's shared-memory carveout: percent, -1 = 0 % */
+	int cuda_pk_oversubscribe; /* test hook: twice the blocks that fit, still beside */
+	uint32_t cpu_grid_users, cpu_grid_items; /* resident epochs' user x item bands (both or neither) */
 } mfs_engine_conf_t;
 
-/** Fill an engine conf from the configuration table (engine.*, model.seed, model.dtype;
- *  whole_gpu unless serve.prequential scores every batch). */
-void mfs_engine_conf_from(const struct mfs_conf *c, mfs_engine_conf_t *out);
-/** Hyperparameters from the configuration table (sgd.* lambdas, rating.min/max as the clip
- *  range) with learning rate lr (the controller's current rate, or sgd.lr). */
-void mfs_hparams_from(const struct mfs_conf *c, double lr, mfs_hparams_t *out);
+/** What an engine uses until mfs_engine_set_hparams: the configuration table's sgd.* defaults
+ *  (tests/unit/test_engine_cpu.c checks that they agree) and no clipping. */
+#define MFS_HPARAMS_DEFAULT {0.03f, 0.04f, 0.04f, 0.02f, 0.02f, -INFINITY, INFINITY}
 
 /** Open an engine on model m. AUTO picks CUDA when compiled in and a device answers, else CPU.
  *  @return 0, MFS_ENODEV (kind not available), MFS_EINVAL, ENOMEM, MFS_EGPU. */

@@ -1,4 +1,4 @@
-/* lr.h - the learning-rate controller (reference in gpu/cpu/lr_ref.c).
+/* lr.h - the learning-rate controller (gpu/lr.c): host arithmetic, no kernel.
  *
  * Called once after every full pass with that pass's loss (training RMSE, or the loss over the
  * retained window when streaming); returns the rate for the next pass.
@@ -13,9 +13,15 @@
 
 #include <stdint.h>
 
-struct mfs_conf;
-
 enum mfs_lr_schedule { MFS_LR_FIXED = 0, MFS_LR_DECAY = 1, MFS_LR_BOLD = 2 };
+
+/** Its parameters (callers fill it from the configuration table: lr.*, sgd.lr). */
+typedef struct mfs_lr_conf {
+	int schedule;                   /* enum mfs_lr_schedule */
+	double lr0;                     /* the starting rate */
+	double beta, up, down, min, max;
+	int patience;
+} mfs_lr_conf_t;
 
 typedef struct mfs_lr {
 	int schedule;
@@ -28,8 +34,8 @@ typedef struct mfs_lr {
 	int worse;        /* consecutive passes without improvement (bold) */
 } mfs_lr_t;
 
-/** From the configuration table: lr.schedule, sgd.lr, lr.beta, lr.up, lr.down, lr.patience, lr.min, lr.max. */
-void mfs_lr_init(mfs_lr_t *c, const struct mfs_conf *conf);
+/** A controller at the start of its schedule: lr = lr0 clamped to [min, max]. */
+void mfs_lr_init(mfs_lr_t *c, const mfs_lr_conf_t *conf);
 /** Record a pass with loss `loss`; @return the learning rate for the next pass. */
 double mfs_lr_update(mfs_lr_t *c, double loss);
 

@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu/engine.h"
 #include "ingest/ratings_file.h"
 #include "model_store/store.h"
 

@@ -40,6 +40,7 @@
 #include "gpu/lr.h"
 #include "model_store/touched.h"
 #include "snapshots/snap_format.h"
+#include "serve/stage_conf.h"
 #include "snapshots/snap_writer.h"
 
 /* Batches of at least this many events resolve users and items on two threads. Below it the
@@ -108,7 +109,7 @@ typedef struct window {
  * taken back (latency, offset commit, stats) on the learner thread. */
 typedef struct snap_job {
 	mfs_snap_stage_t *stage;
-	mfs_snap_offset_t *offs;
+	mfs_offset_t *offs;
 	size_t n_offs, cap_offs;
 	mfs_snap_extra_t ex[10 + MFS_REJ__COUNT];
 	size_t nx;
@@ -553,10 +554,10 @@ static void commit_offsets(mfs_learner_t *l, const snap_job_t *j, int sync)
 	rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new((int)j->n_offs + 1);
 	for (size_t x = 0; x < j->n_offs; x++) {
 		applied_off_t *o = off_get(l, j->offs[x].topic, j->offs[x].partition);
-		if (o && j->offs[x].next_offset != o->committed) {
+		if (o && j->offs[x].next != o->committed) {
 			rd_kafka_topic_partition_list_add(pl, j->offs[x].topic, j->offs[x].partition)->offset =
-				j->offs[x].next_offset;
-			o->committed = j->offs[x].next_offset;
+				j->offs[x].next;
+			o->committed = j->offs[x].next;
 		}
 	}
 	if (pl->cnt) {
@@ -695,7 +696,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	j->n_offs = 0;
 	for (size_t x = 0; x < l->n_offs; x++) /* topic strings live as long as the learner */
 		if (l->offs[x].next >= 0)
-			j->offs[j->n_offs++] = (mfs_snap_offset_t){l->offs[x].topic, l->offs[x].partition, l->offs[x].next};
+			j->offs[j->n_offs++] = (mfs_offset_t){l->offs[x].topic, l->offs[x].partition, l->offs[x].next};
 	size_t nx = 0;
 	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_COUNT, MFS_SNAP_T_U64, l->m->mu_count, 0};
 	j->ex[nx++] = (mfs_snap_extra_t){MFS_META_MU_SUM, MFS_SNAP_T_F64, 0, l->m->mu_sum};
@@ -973,7 +974,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 		rc = mfs_errf(errstr, es, MFS_ECONFIG, "snapshot.dir (--snapshot DIR) is required");
 		goto fail;
 	}
-	mfs_model_conf_t mc = {(int)c->model_k, c->model_init_scale, (uint64_t)c->model_seed};
+	mfs_model_conf_t mc;
+	mfs_model_conf_from(c, &mc);
 	if ((rc = mfs_model_init(&mc, &l->m))) {
 		mfs_errf(errstr, es, rc, "model: %s", mfs_strerror(rc));
 		goto fail;
@@ -993,19 +995,26 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out
 				rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
 				goto fail;
 			}
-			o->next = o->committed = l->loaded.offsets[j].next_offset;
+			o->next = o->committed = l->loaded.offsets[j].next;
 		}
-		for (int r = 0; r < MFS_REJ__COUNT; r++)
-			l->rejected[r] = l->loaded.rejected[r];
-		l->held_out = l->loaded.held_out;
-		l->digest = l->loaded.digest;
+		char key[64];
+		const mfs_snap_extra_t *x;
+		for (int r = 0; r < MFS_REJ__COUNT; r++) {
+			snprintf(key, sizeof key, "%s%s", MFS_META_REJECTED_PREFIX, mfs_reject_name(r));
+			if ((x = mfs_snap_loaded_extra(&l->loaded, key)))
+				l->rejected[r] = x->u64;
+		}
+		if ((x = mfs_snap_loaded_extra(&l->loaded, MFS_META_HELD_OUT)))
+			l->held_out = x->u64;
+		if ((x = mfs_snap_loaded_extra(&l->loaded, MFS_META_DIGEST)))
+			l->digest = x->u64;
 		mfs_info("serve", "msg=\"snapshot loaded\" dir=%s seq=%" PRIu64 " users=%u items=%u events_applied=%" PRIu64
 		         " offsets=%zu seconds=%.3f", c->snapshot_dir, l->loaded.seq, l->m->n_users, l->m->n_items,
 		         l->m->events_applied, l->loaded.n_offsets, mfs_now_s() - t0);
 	}
 	/* the learning-rate controller resumes from the snapshot's rate */
-	mfs_conf_t lc = *c;
-	lc.lr_schedule = c->serve_lr_schedule;
+	mfs_lr_conf_t lc;
+	mfs_lr_conf_from(c, c->serve_lr_schedule, &lc);
 	mfs_lr_init(&l->lrc, &lc);
 	l->lr_floor = c->serve_lr_floor * c->sgd_lr;
 	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)

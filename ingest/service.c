@@ -439,7 +439,7 @@ int mfs_service_run(const mfs_conf_t *c, const mfs_service_opts_t *o, volatile s
 			rc = mfs_errf(errstr, es, ENOMEM, "out of memory");
 			goto out;
 		}
-		p->next = ld->offsets[j].next_offset;
+		p->next = ld->offsets[j].next;
 	}
 	if (*c->serve_dead_letter_topic && (rc = open_dlq(&s, o->brokers, errstr, es)))
 		goto out;

@@ -108,4 +108,15 @@ void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count);
 /** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items). */
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out);
 
+/* ---- ratings as rows --------------------------------------------------------------- */
+/** Ratings as dense rows of a model (structure of arrays): what every later stage (engines,
+ *  offline sets, the streaming learner) works on. In a loss pass a row may be MFS_ROW_NONE
+ *  (an id the model has never seen): it contributes no bias and no factors. */
+typedef struct mfs_batch {
+	const uint32_t *u;
+	const uint32_t *i;
+	const float *r;
+	size_t n;
+} mfs_batch_t;
+
 #endif

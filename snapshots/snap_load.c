@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
-#include "ingest/event.h"
+#include "common/grow.h"
 #include "snapshots/snap_format.h"
 
 static int meta_get(MDB_txn *txn, MDB_dbi d, const char *key, size_t size, const unsigned char **val, int *found)
@@ -77,7 +77,8 @@ static int load_meta(MDB_txn *txn, MDB_dbi d, mfs_snap_loaded_t *out, char *errs
 	int rc = mdb_cursor_open(txn, d, &cur);
 	if (rc)
 		return mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
-	const size_t op = sizeof MFS_META_OFFSET_PREFIX - 1, rp = sizeof MFS_META_REJECTED_PREFIX - 1;
+	const size_t op = sizeof MFS_META_OFFSET_PREFIX - 1;
+	size_t cap_extra = 0;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		const char *key = k.mv_data;
 		size_t kl = k.mv_size;
@@ -101,27 +102,39 @@ static int load_meta(MDB_txn *txn, MDB_dbi d, mfs_snap_loaded_t *out, char *errs
 			}
 			memcpy(part, slash + 1, pl);
 			part[pl] = '\0';
-			mfs_snap_loaded_offset_t *no = realloc(out->offsets, (out->n_offsets + 1) * sizeof *no);
+			mfs_offset_t *no = realloc(out->offsets, (out->n_offsets + 1) * sizeof *no);
 			if (!no) {
 				rc = ENOMEM;
 				goto out;
 			}
 			out->offsets = no;
-			mfs_snap_loaded_offset_t *o = &no[out->n_offsets];
+			mfs_offset_t *o = &no[out->n_offsets];
 			size_t tl = (size_t)(slash - key - (ptrdiff_t)op);
 			if (!(o->topic = strndup(key + op, tl))) {
 				rc = ENOMEM;
 				goto out;
 			}
 			o->partition = (int32_t)atoi(part);
-			o->next_offset = (int64_t)mfs_snap_get_u64(v.mv_data);
+			o->next = (int64_t)mfs_snap_get_u64(v.mv_data);
 			out->n_offsets++;
-		} else if (kl > rp && memcmp(key, MFS_META_REJECTED_PREFIX, rp) == 0 && v.mv_size == 8) {
-			for (int r = 0; r < MFS_REJ__COUNT && r < 16; r++) {
-				const char *name = mfs_reject_name(r);
-				if (strlen(name) == kl - rp && memcmp(name, key + rp, kl - rp) == 0)
-					out->rejected[r] = mfs_snap_get_u64(v.mv_data);
+		} else if (mfs_snap_meta_type_core(key, kl) == MFS_SNAP_T_UNKNOWN && v.mv_size == 8) {
+			/* a writer's extra record: handed back as written, for the writer to read */
+			if (mfs_grow((void **)&out->extra, &cap_extra, out->n_extra + 1, sizeof *out->extra)) {
+				rc = ENOMEM;
+				goto out;
 			}
+			mfs_snap_extra_t *x = &out->extra[out->n_extra];
+			int t = mfs_snap_meta_type_optional(key, kl);
+			*x = (mfs_snap_extra_t){NULL, t == MFS_SNAP_T_F64 ? MFS_SNAP_T_F64 : MFS_SNAP_T_U64, 0, 0};
+			if (x->type == MFS_SNAP_T_F64)
+				x->f64 = mfs_snap_get_f64(v.mv_data);
+			else
+				x->u64 = mfs_snap_get_u64(v.mv_data);
+			if (!(x->key = strndup(key, kl))) {
+				rc = ENOMEM;
+				goto out;
+			}
+			out->n_extra++;
 		}
 	}
 	rc = rc == MDB_NOTFOUND ? 0 : mfs_errf(errstr, es, MFS_ELMDB, "cursor: %s", mdb_strerror(rc));
@@ -191,10 +204,6 @@ int mfs_snap_load(const char *dir, mfs_model_t *m, mfs_snap_loaded_t *out, char 
 		m->mu_count = mfs_snap_get_u64(val);
 	if (!meta_get(txn, dm, MFS_META_MU_SUM, 8, &val, &found) && found)
 		m->mu_sum = mfs_snap_get_f64(val);
-	if (!meta_get(txn, dm, MFS_META_HELD_OUT, 8, &val, &found) && found)
-		out->held_out = mfs_snap_get_u64(val);
-	if (!meta_get(txn, dm, MFS_META_DIGEST, 8, &val, &found) && found)
-		out->digest = mfs_snap_get_u64(val);
 	if (!meta_get(txn, dm, MFS_META_LR, 8, &val, &found) && found)
 		out->learning_rate = mfs_snap_get_f64(val);
 	rc = 0;
@@ -211,8 +220,21 @@ out:
 void mfs_snap_loaded_free(mfs_snap_loaded_t *l)
 {
 	for (size_t i = 0; i < l->n_offsets; i++)
-		free(l->offsets[i].topic);
+		free((void *)(uintptr_t)l->offsets[i].topic);
 	free(l->offsets);
+	for (size_t i = 0; i < l->n_extra; i++)
+		free((void *)(uintptr_t)l->extra[i].key);
+	free(l->extra);
 	l->offsets = NULL;
 	l->n_offsets = 0;
+	l->extra = NULL;
+	l->n_extra = 0;
+}
+
+const mfs_snap_extra_t *mfs_snap_loaded_extra(const mfs_snap_loaded_t *l, const char *key)
+{
+	for (size_t i = 0; i < l->n_extra; i++)
+		if (strcmp(l->extra[i].key, key) == 0)
+			return &l->extra[i];
+	return NULL;
 }

@@ -484,7 +484,7 @@ static int check_info(const mfs_snap_stage_t *st, const mfs_snap_info_t *info, c
 	if (info->n_offsets && !info->offsets)
 		return mfs_errf(errstr, es, MFS_EINVAL, "n_offsets = %zu but no offsets", info->n_offsets);
 	for (size_t i = 0; i < info->n_offsets; i++) {
-		const mfs_snap_offset_t *o = &info->offsets[i];
+		const mfs_offset_t *o = &info->offsets[i];
 		size_t len = o->topic ? strlen(o->topic) : 0;
 		if (len == 0 || len > MFS_SNAP_TOPIC_MAX || strchr(o->topic, '/'))
 			return mfs_errf(errstr, es, MFS_EINVAL, "offset %zu: bad topic name \"%s\"", i,
@@ -617,10 +617,10 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_
 	    (rc = put_meta_f64(txn, d, MFS_META_RMAX, info->rating_max)))
 		return rc;
 	for (size_t i = 0; i < info->n_offsets; i++) {
-		const mfs_snap_offset_t *o = &info->offsets[i];
+		const mfs_offset_t *o = &info->offsets[i];
 		char key[sizeof MFS_META_OFFSET_PREFIX + MFS_SNAP_TOPIC_MAX + 16];
 		snprintf(key, sizeof key, "%s%s/%d", MFS_META_OFFSET_PREFIX, o->topic, (int)o->partition);
-		if ((rc = put_meta_u64(txn, d, key, (uint64_t)o->next_offset)))
+		if ((rc = put_meta_u64(txn, d, key, (uint64_t)o->next)))
 			return rc;
 	}
 	for (size_t i = 0; i < info->n_extra; i++) {

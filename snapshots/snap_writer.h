@@ -10,15 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/offsets.h"
 #include "model_store/store.h"
 
 typedef struct mfs_snap_writer mfs_snap_writer_t;
-
-typedef struct mfs_snap_offset {
-	const char *topic;
-	int32_t partition;
-	int64_t next_offset;
-} mfs_snap_offset_t;
 
 /** An optional extra meta record (format v1 allows keys readers do not know; they ignore
  *  them): "mu_count", "mu_sum", "rejected/<reason>" of `mfstream serve` (docs/SNAPSHOT_FORMAT.md).
@@ -34,7 +29,7 @@ typedef struct mfs_snap_info {
 	double learning_rate;
 	double last_loss;            /* NaN when unknown */
 	double rating_min, rating_max;
-	const mfs_snap_offset_t *offsets;
+	const mfs_offset_t *offsets;  /* topic strings are the caller's */
 	size_t n_offsets;
 	/* rows to write; NULL = every row of the model */
 	const uint32_t *user_rows;

@@ -41,7 +41,7 @@
  *     thread count; deterministic mode (one thread) visits the blocks in the (seed, epoch)
  *     order, so it is bit-reproducible for any engine.threads setting.
  * Ratings with a MFS_ROW_NONE row are kept after the blocks: scored by loss passes, never
- * trained on. Grid override for benchmarks: MFS_CPU_GRID=<bands_u>x<bands_i> at set load.
+ * trained on. Grid override for benchmarks: engine.cpu.grid_users x engine.cpu.grid_items at set load.
  *
  * Loss passes: chunks of MFS_LOSS_CHUNK ratings handed out by an atomic counter; partials go
  * to a per-chunk array combined in chunk order by the caller (bit-identical for any thread
@@ -478,12 +478,12 @@ static void set_free_impl(struct mfs_set *s)
 	free(s);
 }
 
-/* Parse MFS_CPU_GRID=UxI (a benchmarking knob); 0 if unset or malformed. */
-static int grid_override(uint32_t *bu, uint32_t *bi)
+/* The grid the configuration asks for (engine.cpu.grid_users x grid_items, a benchmarking
+ * knob); 0 if unset (either is 0). */
+static int grid_override(const mfs_engine_t *e, uint32_t *bu, uint32_t *bi)
 {
-	const char *g = getenv("MFS_CPU_GRID");
-	unsigned a, b;
-	if (!g || sscanf(g, "%ux%u", &a, &b) != 2 || a < 1 || b < 1 || a > MAX_BANDS || b > MAX_BANDS)
+	const uint32_t a = e->conf.cpu_grid_users, b = e->conf.cpu_grid_items;
+	if (a < 1 || b < 1 || a > MAX_BANDS || b > MAX_BANDS)
 		return 0;
 	*bu = a;
 	*bi = b;
@@ -506,7 +506,7 @@ static int cpu_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 	s->st_bands_u = nu < MIN_BANDS ? (nu ? nu : 1) : MIN_BANDS;
 	s->st_bands_i = bands_for(ni, row_bytes, ITEM_BAND_BYTES);
 	uint32_t gu, gi;
-	if (grid_override(&gu, &gi)) {
+	if (grid_override(e, &gu, &gi)) {
 		s->st_bands_u = gu < nu ? gu : (nu ? nu : 1);
 		s->st_bands_i = gi < ni ? gi : (ni ? ni : 1);
 	}

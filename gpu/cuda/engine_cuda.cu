@@ -850,11 +850,9 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 	c->dev = e->conf.device;
 	c->fp16 = e->conf.dtype == MFS_DTYPE_FP16;
 	c->es = c->fp16 ? sizeof(__half) : sizeof(float);
-	/* knobs for benchmarks and comparisons (bench_gpu_sgd --variants), not configuration */
-	const char *rpw = getenv("MFS_CUDA_ROWS_PER_WARP");
-	c->rows_per_warp = rpw && atoi(rpw) > 0 ? (size_t)atoi(rpw) : 0;
-	const char *pc = getenv("MFS_CUDA_PLAIN_C");
-	c->plain_c = pc && *pc ? atof(pc) : PLAIN_C;
+	/* experiments (bench_gpu_sgd --variants; hidden engine.cuda.* keys) */
+	c->rows_per_warp = e->conf.cuda_rows_per_warp > 0 ? (size_t)e->conf.cuda_rows_per_warp : 0;
+	c->plain_c = e->conf.cuda_plain_c > 0 ? e->conf.cuda_plain_c : e->conf.cuda_plain_c < 0 ? 0.0 : PLAIN_C;
 	cudaError_t err = cudaSetDevice(c->dev);
 	if (err == cudaSuccess)
 		err = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->dev);
@@ -1447,7 +1445,7 @@ static void pk_free(struct cuda_impl *c)
 
 /* Allocate the ring and size the grid: SMs x (occupancy - the blocks a loss kernel needs), so
  * the loss and gather kernels of full passes, prequential scoring and snapshots run beside it;
- * with conf.whole_gpu (nobody scores every batch) SMs x occupancy, and those calls stop it. */
+ * without conf.frequent_loss (nobody scores every batch) SMs x occupancy, and those calls stop it. */
 static int pk_open(mfs_engine_t *e)
 {
 	struct cuda_impl *c = impl_of(e);
@@ -1504,14 +1502,13 @@ static int pk_open(mfs_engine_t *e)
 	int reserve = fp.numRegs > 0 ? (fl.numRegs + fp.numRegs - 1) / fp.numRegs : 1;
 	if (reserve < 1)
 		reserve = 1;
-	const char *pb = getenv("MFS_CUDA_PK_BLOCKS_PER_SM"); /* experiments */
-	int use = pb && atoi(pb) > 0 ? atoi(pb) : e->conf.whole_gpu ? bps : bps - reserve;
+	const int pb = e->conf.cuda_pk_blocks_per_sm; /* experiments */
+	int use = pb > 0 ? pb : e->conf.frequent_loss ? bps - reserve : bps;
 	/* the persistent kernel uses no shared memory, so the loss kernel's small static block
 	 * reduction always fits; registers (and threads, far from the limit) decide */
 	h->beside = use + reserve <= bps;
-	const char *pbs = getenv("MFS_CUDA_PK_BESIDE"); /* experiments: 0 = stop the kernel for every loss */
-	if (pbs && *pbs)
-		h->beside = h->beside && atoi(pbs) != 0;
+	if (e->conf.cuda_pk_stop_for_loss) /* experiments: stop the kernel for every loss */
+		h->beside = 0;
 	/* under compute-sanitizer a query of the stream of a loss kernel queued beside the running
 	 * persistent kernel did not return while that kernel ran (memcheck on the H100; beside_sync
 	 * cannot time out a call that never returns), so the tool would hang serve: stop the
@@ -1520,13 +1517,13 @@ static int pk_open(mfs_engine_t *e)
 		h->beside = 0;
 		mfs_info("cuda", "msg=\"compute-sanitizer attached: loss and gather kernels stop the persistent kernel\"");
 	}
-	const char *pco = getenv("MFS_CUDA_PK_CARVEOUT"); /* experiments: shared memory carveout, percent */
-	if (pco && *pco)
-		MFS_CUDA_TRY(cudaFuncSetAttribute(pf, cudaFuncAttributePreferredSharedMemoryCarveout, atoi(pco)));
+	const int pco = e->conf.cuda_pk_carveout; /* experiments: shared memory carveout, percent (-1: 0 %) */
+	if (pco)
+		MFS_CUDA_TRY(cudaFuncSetAttribute(pf, cudaFuncAttributePreferredSharedMemoryCarveout, pco < 0 ? 0 : pco));
 	if (use < 1)
 		use = 1;
 	h->grid = c->sms * use;
-	if (getenv("MFS_CUDA_PK_OVERSUBSCRIBE")) /* test hook: more blocks than fit, still beside */
+	if (e->conf.cuda_pk_oversubscribe) /* test hook: more blocks than fit, still beside */
 		h->grid = 2 * c->sms * bps;
 	h->on = 1;
 	mfs_info("cuda", "msg=\"persistent kernel\" k=%d fp16=%d blocks=%d blocks_per_sm=%d of=%d regs=%d loss_regs=%d "

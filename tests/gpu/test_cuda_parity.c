@@ -50,9 +50,12 @@ static mfs_model_t *make_model(int k, uint32_t users, uint32_t items, uint64_t s
 	return m;
 }
 
+static int g_rows_per_warp; /* engine.cuda.rows_per_warp of the next CUDA engine opened */
+
 static mfs_engine_t *open_engine(int kind, int deterministic, mfs_model_t *m)
 {
 	mfs_engine_conf_t ec = {kind, deterministic ? 1 : 0, deterministic, 0, 1, g_fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
+	ec.cuda_rows_per_warp = g_rows_per_warp;
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
@@ -227,7 +230,7 @@ static void test_parity_growth(void)
 
 /* Hogwild on the GPU vs the deterministic CPU engine on a planted problem (rank 8, sigma 0.5):
  * U x I, N training and N / 10 test ratings, 20 epochs at rate lr; test RMSE within 1 %. rpw,
- * when not NULL, caps the CUDA engine's grid at rows / rpw warps (MFS_CUDA_ROWS_PER_WARP) for
+ * when not NULL, caps the CUDA engine's grid at rows / rpw warps (engine.cuda.rows_per_warp) for
  * the case, which lowers every row's concurrency and so its store mode. */
 static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char *rpw)
 {
@@ -253,10 +256,9 @@ static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char 
 	for (int g = 0; g < 2; g++) {
 		mfs_model_t *m = make_model(128, U, I, 9);
 		m->mu = 3.5;
-		if (g && rpw)
-			setenv("MFS_CUDA_ROWS_PER_WARP", rpw, 1);
+		g_rows_per_warp = g && rpw ? atoi(rpw) : 0;
 		mfs_engine_t *e = open_engine(g ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, g ? 0 : 1, m);
-		unsetenv("MFS_CUDA_ROWS_PER_WARP");
+		g_rows_per_warp = 0;
 		if (!e) {
 			mfs_model_free(m);
 			continue;

@@ -24,11 +24,13 @@
 
 static int g_fp16;
 static int g_whole; /* the persistent kernel takes the whole GPU: loss and gather calls stop it */
+static int g_oversubscribe; /* engine.cuda.pk_oversubscribe */
 
 static mfs_engine_t *open_cuda(mfs_model_t *m, int persistent)
 {
 	mfs_engine_conf_t ec = {MFS_ENGINE_CUDA, 1, 0, 0, 1, g_fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, persistent,
-	                        g_whole};
+	                        !g_whole};
+	ec.cuda_pk_oversubscribe = g_oversubscribe;
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
@@ -249,9 +251,9 @@ static void test_exactly_once_whole_gpu(void)
  * queued behind blocks that never retire would hang this test. */
 static void test_exactly_once_oversubscribed(void)
 {
-	setenv("MFS_CUDA_PK_OVERSUBSCRIBE", "1", 1);
+	g_oversubscribe = 1;
 	exactly_once(32);
-	unsetenv("MFS_CUDA_PK_OVERSUBSCRIBE");
+	g_oversubscribe = 0;
 }
 
 /* A snapshot's capture beside the running kernel: the values it delivers are those of the

@@ -90,7 +90,7 @@ static mfs_model_t *fixture(const char *dir, int random_bits)
 	in.last_loss = random_bits ? NAN : 0.8731;
 	in.rating_min = 1.0;
 	in.rating_max = 5.0;
-	mfs_snap_offset_t offs[] = {{"ratings", 0, 150}, {"ratings", 3, 9000000000LL}};
+	mfs_offset_t offs[] = {{"ratings", 0, 150}, {"ratings", 3, 9000000000LL}};
 	in.offsets = offs;
 	in.n_offsets = 2;
 	mfs_snap_writer_t *w;

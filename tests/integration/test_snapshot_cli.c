@@ -83,7 +83,7 @@ static int fixture(void)
 	in.last_loss = NAN;
 	in.rating_min = 1.0;
 	in.rating_max = 5.0;
-	mfs_snap_offset_t offs[] = {{"ratings", 0, 150}, {"ratings", 1, 7}};
+	mfs_offset_t offs[] = {{"ratings", 0, 150}, {"ratings", 1, 7}};
 	in.offsets = offs;
 	in.n_offsets = 2;
 	mfs_snap_writer_t *w;

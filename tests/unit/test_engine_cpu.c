@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "gpu/cpu/cpu_ref.h"
 #include "gpu/engine.h"
+#include "serve/stage_conf.h"
 #include "testhelp.h"
 
 /* ThreadSanitizer makes every float access ~100x slower: the learning tests shrink there (they
@@ -714,7 +715,7 @@ static void test_registry(void)
 	TEST_EQ_INT(ec.deterministic, 0);
 	TEST_EQ_INT(ec.device, 0);
 	TEST_EQ_INT(ec.seed, 42);
-	TEST_EQ_INT(ec.whole_gpu, 0); /* serve.prequential scores every batch: room beside */
+	TEST_EQ_INT(ec.frequent_loss, 1); /* serve.prequential scores every batch: room beside */
 	char err[256];
 	TEST_OK(mfs_conf_set(&c, "engine.kind", "cuda", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "engine.threads", "3", err, sizeof err));
@@ -722,11 +723,40 @@ static void test_registry(void)
 	TEST_OK(mfs_conf_set(&c, "model.seed", "1234", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "serve.prequential", "false", err, sizeof err));
 	mfs_engine_conf_from(&c, &ec);
-	TEST_EQ_INT(ec.whole_gpu, 1);
+	TEST_EQ_INT(ec.frequent_loss, 0);
 	TEST_EQ_INT(ec.kind, MFS_ENGINE_CUDA);
 	TEST_EQ_INT(ec.threads, 3);
 	TEST_EQ_INT(ec.deterministic, 1);
 	TEST_EQ_INT(ec.seed, 1234);
+	/* the hidden experiment keys reach the engine: unset, each leaves the choice to the engine */
+	TEST_EQ_INT(ec.cuda_rows_per_warp, 0);
+	TEST_ASSERT(ec.cuda_plain_c == 0);
+	TEST_EQ_INT(ec.cuda_pk_blocks_per_sm + ec.cuda_pk_stop_for_loss + ec.cuda_pk_carveout, 0);
+	TEST_EQ_INT(ec.cuda_pk_oversubscribe + (int)ec.cpu_grid_users + (int)ec.cpu_grid_items, 0);
+	const char *hidden[][2] = {{"engine.cuda.rows_per_warp", "4"}, {"engine.cuda.plain_c", "-1"},
+	                           {"engine.cuda.pk_blocks_per_sm", "3"}, {"engine.cuda.pk_stop_for_loss", "true"},
+	                           {"engine.cuda.pk_carveout", "25"}, {"engine.cuda.pk_oversubscribe", "true"},
+	                           {"engine.cpu.grid_users", "16"}, {"engine.cpu.grid_items", "12"}};
+	for (size_t j = 0; j < sizeof hidden / sizeof hidden[0]; j++)
+		TEST_OK(mfs_conf_set(&c, hidden[j][0], hidden[j][1], err, sizeof err));
+	mfs_engine_conf_from(&c, &ec);
+	TEST_EQ_INT(ec.cuda_rows_per_warp, 4);
+	TEST_ASSERT(ec.cuda_plain_c == -1);
+	TEST_EQ_INT(ec.cuda_pk_blocks_per_sm, 3);
+	TEST_EQ_INT(ec.cuda_pk_stop_for_loss, 1);
+	TEST_EQ_INT(ec.cuda_pk_carveout, 25);
+	TEST_EQ_INT(ec.cuda_pk_oversubscribe, 1);
+	TEST_EQ_INT(ec.cpu_grid_users, 16);
+	TEST_EQ_INT(ec.cpu_grid_items, 12);
+	mfs_conf_free(&c);
+
+	/* an engine's hyperparameters before set_hparams are the table's sgd.* defaults, unclipped */
+	TEST_OK(mfs_conf_init(&c));
+	mfs_hparams_t want, dflt = MFS_HPARAMS_DEFAULT;
+	mfs_hparams_from(&c, c.sgd_lr, &want);
+	TEST_ASSERT(dflt.lr == want.lr && dflt.lambda_p == want.lambda_p && dflt.lambda_q == want.lambda_q);
+	TEST_ASSERT(dflt.lambda_bu == want.lambda_bu && dflt.lambda_bi == want.lambda_bi);
+	TEST_ASSERT(dflt.clip_min == -INFINITY && dflt.clip_max == INFINITY);
 	mfs_conf_free(&c);
 
 	mfs_model_t *m = mk_model(8, 2, 2, 1);

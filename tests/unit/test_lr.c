@@ -1,10 +1,11 @@
-/* test_lr.c - the learning-rate controller (gpu/lr.h, gpu/cpu/lr_ref.c): each schedule's
+/* test_lr.c - the learning-rate controller (gpu/lr.h, gpu/lr.c): each schedule's
  * formula exactly, clamping to [lr.min, lr.max], the bold driver's patience, non-finite losses.
  */
 #include <math.h>
 
 #include "config/config.h"
 #include "gpu/lr.h"
+#include "serve/stage_conf.h"
 #include "testhelp.h"
 
 /* A controller from the configuration table with the given overrides. */
@@ -16,7 +17,9 @@ static void lr_from(mfs_lr_t *c, const char *schedule, const char *const *kv)
 	TEST_OK(mfs_conf_set(&conf, "lr.schedule", schedule, err, sizeof err));
 	for (; kv && kv[0]; kv += 2)
 		TEST_ASSERT_MSG(mfs_conf_set(&conf, kv[0], kv[1], err, sizeof err) == 0, "%s", err);
-	mfs_lr_init(c, &conf);
+	mfs_lr_conf_t lc;
+	mfs_lr_conf_from(&conf, conf.lr_schedule, &lc);
+	mfs_lr_init(c, &lc);
 	mfs_conf_free(&conf);
 }
 

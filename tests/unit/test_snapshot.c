@@ -313,15 +313,15 @@ static void test_offsets(void)
 	add_user(m, mfs_id_u64(1));
 	add_item(m, mfs_id_u64(2));
 	mfs_snap_info_t in = info_default();
-	mfs_snap_offset_t offs[] = {{"ratings", 0, 100}, {"ratings", 1, 200}, {"other.topic-x", 12, 1LL << 40}};
+	mfs_offset_t offs[] = {{"ratings", 0, 100}, {"ratings", 1, 200}, {"other.topic-x", 12, 1LL << 40}};
 	in.offsets = offs;
 	in.n_offsets = 3;
 	TEST_OK(publish_once(dir, 1 << 20, m, &in, NULL));
-	mfs_snap_offset_t offs2[] = {{"ratings", 0, 150}};
+	mfs_offset_t offs2[] = {{"ratings", 0, 150}};
 	in.offsets = offs2;
 	in.n_offsets = 1;
 	TEST_OK(publish_once(dir, 1 << 20, m, &in, NULL));
-	mfs_snap_offset_t bad[] = {{"a/b", 0, 1}};
+	mfs_offset_t bad[] = {{"a/b", 0, 1}};
 	in.offsets = bad;
 	TEST_EQ_INT(publish_once(dir, 1 << 20, m, &in, NULL), MFS_EINVAL);
 

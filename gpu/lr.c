@@ -1,4 +1,5 @@
-/* lr_ref.c - the learning-rate controller (gpu/lr.h); the CUDA loss/LR kernel mirrors it.
+/* lr.c - the learning-rate controller (gpu/lr.h). Host arithmetic only: every engine reads
+ * the rate it returns through mfs_engine_set_hparams (on a GPU, from device memory).
  *
  *   fixed : lr = lr0
  *   decay : lr = lr0 / (1 + beta * t^1.5)                     t = passes seen so far
@@ -17,7 +18,6 @@
  */
 #include <math.h>
 
-#include "config/config.h"
 #include "gpu/lr.h"
 
 static double lr_clamp(const mfs_lr_t *c, double lr)
@@ -29,16 +29,16 @@ static double lr_clamp(const mfs_lr_t *c, double lr)
 	return lr;
 }
 
-void mfs_lr_init(mfs_lr_t *c, const struct mfs_conf *conf)
+void mfs_lr_init(mfs_lr_t *c, const mfs_lr_conf_t *conf)
 {
-	c->schedule = conf->lr_schedule;
-	c->lr0 = conf->sgd_lr;
-	c->beta = conf->lr_beta;
-	c->up = conf->lr_up;
-	c->down = conf->lr_down;
-	c->min = conf->lr_min;
-	c->max = conf->lr_max;
-	c->patience = (int)conf->lr_patience;
+	c->schedule = conf->schedule;
+	c->lr0 = conf->lr0;
+	c->beta = conf->beta;
+	c->up = conf->up;
+	c->down = conf->down;
+	c->min = conf->min;
+	c->max = conf->max;
+	c->patience = conf->patience;
 	c->t = 0;
 	c->best_loss = INFINITY;
 	c->last_loss = NAN;

@@ -1,0 +1,56 @@
+/* stage_conf.c - see stage_conf.h. */
+#include "serve/stage_conf.h"
+
+void mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out)
+{
+	*out = (mfs_engine_conf_t){0};
+	out->kind = c->engine_kind;
+	out->threads = (int)c->engine_threads;
+	out->deterministic = c->engine_deterministic;
+	out->device = (int)c->engine_device;
+	out->persistent = c->engine_persistent;
+	/* a loss kernel per batch needs room beside the persistent kernel; without one the kernel
+	 * takes the whole GPU and the full pass (every serve.fullpass_ms) and snapshot gathers stop
+	 * and relaunch it (tens of microseconds each) */
+	out->frequent_loss = c->serve_prequential;
+	out->seed = (uint64_t)c->model_seed;
+	out->dtype = c->model_dtype;
+	out->cuda_rows_per_warp = (int)c->engine_cuda_rows_per_warp;
+	out->cuda_plain_c = c->engine_cuda_plain_c;
+	out->cuda_pk_blocks_per_sm = (int)c->engine_cuda_pk_blocks_per_sm;
+	out->cuda_pk_stop_for_loss = c->engine_cuda_pk_stop_for_loss;
+	out->cuda_pk_carveout = (int)c->engine_cuda_pk_carveout;
+	out->cuda_pk_oversubscribe = c->engine_cuda_pk_oversubscribe;
+	out->cpu_grid_users = (uint32_t)c->engine_cpu_grid_users;
+	out->cpu_grid_items = (uint32_t)c->engine_cpu_grid_items;
+}
+
+void mfs_hparams_from(const mfs_conf_t *c, double lr, mfs_hparams_t *out)
+{
+	out->lr = (float)lr;
+	out->lambda_p = (float)c->sgd_lambda_p;
+	out->lambda_q = (float)c->sgd_lambda_q;
+	out->lambda_bu = (float)c->sgd_lambda_bu;
+	out->lambda_bi = (float)c->sgd_lambda_bi;
+	out->clip_min = (float)c->rating_min;
+	out->clip_max = (float)c->rating_max;
+}
+
+void mfs_lr_conf_from(const mfs_conf_t *c, int schedule, mfs_lr_conf_t *out)
+{
+	out->schedule = schedule;
+	out->lr0 = c->sgd_lr;
+	out->beta = c->lr_beta;
+	out->up = c->lr_up;
+	out->down = c->lr_down;
+	out->min = c->lr_min;
+	out->max = c->lr_max;
+	out->patience = (int)c->lr_patience;
+}
+
+void mfs_model_conf_from(const mfs_conf_t *c, mfs_model_conf_t *out)
+{
+	out->k = (int)c->model_k;
+	out->init_scale = c->model_init_scale;
+	out->seed = (uint64_t)c->model_seed;
+}
