@@ -12,7 +12,7 @@
  * Zipf(zipf). A separate test set is drawn from the same model. The shape defaults to the
  * LIBMF comparison run (143 K users x 48 K items x 18 M ratings, k = 128, 20 iterations).
  *
- * --mode set : the engine's offline path (set_load once, sgd_set per epoch: blocked layout).
+ * --mode set : the engine's offline path (resident_load once, sgd_epoch per epoch: blocked layout).
  * --mode batch: a baseline: every epoch the ratings are shuffled and fed as mfs_engine_sgd
  *               batches (flat random order, Hogwild ranges), to compare order and speed.
  *
@@ -296,13 +296,13 @@ int main(int argc, char **argv)
 	mfs_hparams_t hp = {(float)lrc.lr, lam, lam, lam_b, lam_b, 1.0f, 5.0f};
 	mfs_engine_set_hparams(e, &hp);
 
-	mfs_set_t *set = NULL;
+	mfs_resident_t *set = NULL;
 	double t_load = 0;
 	int is_set = !strcmp(o.mode, "set");
 	if (is_set) {
 		t0 = mfs_now_s();
-		if ((rc = mfs_engine_set_load(e, &(mfs_batch_t){tr.u, tr.i, tr.r, tr.n}, &set))) {
-			fprintf(stderr, "bench_cpu_sgd: set_load: %s\n", mfs_strerror(rc));
+		if ((rc = mfs_engine_resident_load(e, &(mfs_batch_t){tr.u, tr.i, tr.r, tr.n}, &set))) {
+			fprintf(stderr, "bench_cpu_sgd: resident_load: %s\n", mfs_strerror(rc));
 			return 1;
 		}
 		t_load = mfs_now_s() - t0;
@@ -331,7 +331,7 @@ int main(int argc, char **argv)
 			shuffle(&tr, &g); /* not timed: the order is the baseline's input, not its work */
 		double ts = mfs_now_s(), tc = cpu_now_s();
 		if (is_set) {
-			rc = mfs_engine_sgd_set(e, set, (uint64_t)ep);
+			rc = mfs_engine_sgd_epoch(e, set, (uint64_t)ep);
 		} else {
 			for (size_t off = 0; !rc && off < tr.n; off += (size_t)o.batch) {
 				size_t len = tr.n - off < (size_t)o.batch ? tr.n - off : (size_t)o.batch;
@@ -352,7 +352,7 @@ int main(int argc, char **argv)
 		mfs_loss_t ltr = {.rmse = NAN}, lte = {.rmse = NAN};
 		if (o.train_loss || ep == o.epochs - 1) {
 			if (is_set)
-				mfs_engine_loss_set(e, set, &ltr);
+				mfs_engine_loss_resident(e, set, &ltr);
 			else
 				mfs_engine_loss(e, &(mfs_batch_t){tr.u, tr.i, tr.r, tr.n}, &ltr);
 		}
@@ -386,7 +386,7 @@ int main(int argc, char **argv)
 	free(rates);
 	free(cpu_rates);
 	if (set)
-		mfs_engine_set_free(e, set);
+		mfs_engine_resident_free(e, set);
 	mfs_engine_close(e);
 	mfs_model_free(m);
 	free(tr.u), free(tr.i), free(tr.r), free(te.u), free(te.i), free(te.r);

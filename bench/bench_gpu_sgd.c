@@ -28,7 +28,7 @@
  * threshold of the CUDA engine, read at open; C = 0: atomic deltas everywhere) for that engine, NAME alone leaves the
  * default; NAME labels the row. A NAME starting with "ring" (ring, ring/B) runs each epoch
  * through the persistent kernel's device ring in pieces of B ratings (default 262144,
- * mfs_engine_sgd_set_stream): the kernel fed from the ring against one launch over the set,
+ * mfs_engine_sgd_epoch_stream): the kernel fed from the ring against one launch over the set,
  * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
  * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
  */
@@ -167,10 +167,10 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		return 1;
 	}
 	mfs_hparams_t hp = {(float)o->lr, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
-	mfs_set_t *st, *ste;
+	mfs_resident_t *st, *ste;
 	double t0 = mfs_now_s();
-	if (mfs_engine_set_hparams(e, &hp) || mfs_engine_set_load(e, &(mfs_batch_t){U, I, R, ntrain}, &st) ||
-	    mfs_engine_set_load(e, &(mfs_batch_t){TU, TI, TR, ntest}, &ste)) {
+	if (mfs_engine_set_hparams(e, &hp) || mfs_engine_resident_load(e, &(mfs_batch_t){U, I, R, ntrain}, &st) ||
+	    mfs_engine_resident_load(e, &(mfs_batch_t){TU, TI, TR, ntest}, &ste)) {
 		fprintf(stderr, "bench_gpu_sgd: set load failed\n");
 		return 1;
 	}
@@ -180,8 +180,8 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	long ep_hit = 0, ep = 0;
 	while (ep < o->max_epochs && (ep < o->epochs || (!isnan(o->target) && !ep_hit))) {
 		double a = mfs_now_s();
-		if (ring ? mfs_engine_sgd_set_stream(e, st, (uint64_t)ep + 1, ring_batch)
-		         : mfs_engine_sgd_set(e, st, (uint64_t)ep + 1))
+		if (ring ? mfs_engine_sgd_epoch_stream(e, st, (uint64_t)ep + 1, ring_batch)
+		         : mfs_engine_sgd_epoch(e, st, (uint64_t)ep + 1))
 			return 1;
 		double dt = mfs_now_s() - a;
 		t_train += dt;
@@ -190,7 +190,7 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		ep++;
 		if (!isnan(o->target) || o->trace || ep == o->epochs) {
 			mfs_loss_t l;
-			if (mfs_engine_loss_set(e, ste, &l))
+			if (mfs_engine_loss_resident(e, ste, &l))
 				return 1;
 			rmse_last = l.rmse;
 			if (ep == o->epochs)
@@ -229,8 +229,8 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 			fclose(f);
 		}
 	}
-	mfs_engine_set_free(e, st);
-	mfs_engine_set_free(e, ste);
+	mfs_engine_resident_free(e, st);
+	mfs_engine_resident_free(e, ste);
 	mfs_engine_close(e);
 	return 0;
 }

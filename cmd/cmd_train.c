@@ -64,7 +64,7 @@ int mfs_cmd_train(int argc, char **argv)
 	char err[1024] = "";
 	mfs_model_t *m = NULL;
 	mfs_engine_t *e = NULL;
-	mfs_set_t *strain = NULL, *stest = NULL;
+	mfs_resident_t *strain = NULL, *stest = NULL;
 	mfs_snap_writer_t *w = NULL;
 	mfs_ratings_t train = {0}, test = {0};
 
@@ -122,8 +122,8 @@ int mfs_cmd_train(int argc, char **argv)
 	mfs_hparams_t hp;
 	mfs_hparams_from(&c, lr.lr, &hp);
 	mfs_batch_t bt = mfs_ratings_batch(&train), bs = mfs_ratings_batch(&test);
-	if ((rc = mfs_engine_set_hparams(e, &hp)) || (rc = mfs_engine_set_load(e, &bt, &strain)) ||
-	    (test.n && (rc = mfs_engine_set_load(e, &bs, &stest)))) {
+	if ((rc = mfs_engine_set_hparams(e, &hp)) || (rc = mfs_engine_resident_load(e, &bt, &strain)) ||
+	    (test.n && (rc = mfs_engine_resident_load(e, &bs, &stest)))) {
 		fprintf(stderr, "mfstream train: engine: %s\n", mfs_strerror(rc));
 		goto out;
 	}
@@ -140,14 +140,14 @@ int mfs_cmd_train(int argc, char **argv)
 	int best_epoch = 0, bad = 0, epochs = 0;
 	for (int ep = 1; ep <= c.train_epochs; ep++) {
 		double t0 = mfs_now_s();
-		if ((rc = mfs_engine_sgd_set(e, strain, (uint64_t)ep))) {
+		if ((rc = mfs_engine_sgd_epoch(e, strain, (uint64_t)ep))) {
 			fprintf(stderr, "mfstream train: epoch %d: %s\n", ep, mfs_strerror(rc));
 			goto out;
 		}
 		double dt = mfs_now_s() - t0;
 		t_train += dt;
 		epochs = ep;
-		if ((rc = mfs_engine_loss_set(e, strain, &lt)) || (stest && (rc = mfs_engine_loss_set(e, stest, &ls)))) {
+		if ((rc = mfs_engine_loss_resident(e, strain, &lt)) || (stest && (rc = mfs_engine_loss_resident(e, stest, &ls)))) {
 			fprintf(stderr, "mfstream train: loss pass: %s\n", mfs_strerror(rc));
 			goto out;
 		}
@@ -215,8 +215,8 @@ int mfs_cmd_train(int argc, char **argv)
 out:
 	mfs_snap_writer_close(w);
 	if (e) {
-		mfs_engine_set_free(e, strain);
-		mfs_engine_set_free(e, stest);
+		mfs_engine_resident_free(e, strain);
+		mfs_engine_resident_free(e, stest);
 	}
 	mfs_engine_close(e);
 	mfs_ratings_free(&train);

@@ -274,11 +274,11 @@ int mfs_engine_drain(mfs_engine_t *e)
 	return e->iface->drain ? e->iface->drain(e) : 0;
 }
 
-int mfs_engine_sgd_set_stream(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch)
+int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch)
 {
 	if (!e || !s || !batch)
 		return MFS_EINVAL;
-	return e->iface->sgd_set_stream ? e->iface->sgd_set_stream(e, s, epoch, batch) : mfs_engine_sgd_set(e, s, epoch);
+	return e->iface->sgd_epoch_stream ? e->iface->sgd_epoch_stream(e, s, epoch, batch) : mfs_engine_sgd_epoch(e, s, epoch);
 }
 
 int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
@@ -331,7 +331,7 @@ int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
 	return e->iface->loss(e, b, out);
 }
 
-int mfs_engine_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
+int mfs_engine_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
 {
 	if (out)
 		*out = NULL;
@@ -340,25 +340,25 @@ int mfs_engine_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 	int rc = batch_check(e->model, b, 1);
 	if (rc)
 		return rc;
-	return e->iface->set_load(e, b, out);
+	return e->iface->resident_load(e, b, out);
 }
 
-void mfs_engine_set_free(mfs_engine_t *e, mfs_set_t *s)
+void mfs_engine_resident_free(mfs_engine_t *e, mfs_resident_t *s)
 {
 	if (e && s)
-		e->iface->set_free(e, s);
+		e->iface->resident_free(e, s);
 }
 
-int mfs_engine_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
+int mfs_engine_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 {
 	if (!e || !s)
 		return MFS_EINVAL;
-	return e->iface->sgd_set(e, s, epoch);
+	return e->iface->sgd_epoch(e, s, epoch);
 }
 
-int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
+int mfs_engine_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out)
 {
 	if (!e || !s || !out)
 		return MFS_EINVAL;
-	return e->iface->loss_set(e, s, out);
+	return e->iface->loss_resident(e, s, out);
 }

@@ -11,8 +11,8 @@
  * added to the model, call mfs_engine_grow() before the next batch that uses them.
  *
  * Two ways to feed ratings: a batch (streaming: applied in the given order in deterministic
- * mode, split across workers in Hogwild mode), or a set loaded once into the engine
- * (offline epochs: the engine may keep it on the device).
+ * mode, split across workers in Hogwild mode), or resident ratings: a whole rating set loaded
+ * once into the engine (offline epochs: the engine may keep it on the device).
  */
 #ifndef MFS_ENGINE_H
 #define MFS_ENGINE_H
@@ -27,7 +27,7 @@ enum mfs_engine_kind { MFS_ENGINE_AUTO = 0, MFS_ENGINE_CPU = 1, MFS_ENGINE_CUDA 
 enum mfs_dtype { MFS_DTYPE_FP32 = 0, MFS_DTYPE_FP16 = 1 };
 
 typedef struct mfs_engine mfs_engine_t;
-typedef struct mfs_set mfs_set_t;
+typedef struct mfs_resident mfs_resident_t;
 
 /** Hyperparameters read by every SGD step (on a GPU: from device memory, so a running
  *  kernel sees a new learning rate without a relaunch). */
@@ -93,29 +93,29 @@ int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b);
 /** RMSE/MAE of b against the current model. */
 int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
 
-/** Load a rating set into the engine (copied; b may be freed afterwards). */
-int mfs_engine_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out);
-void mfs_engine_set_free(mfs_engine_t *e, mfs_set_t *s);
-/** One epoch of SGD over the set; `epoch` seeds its order (same epoch, same order). */
-int mfs_engine_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
-int mfs_engine_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
+/** Load a rating set into the engine as resident ratings (copied; b may be freed afterwards). */
+int mfs_engine_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out);
+void mfs_engine_resident_free(mfs_engine_t *e, mfs_resident_t *s);
+/** One epoch of SGD over resident ratings; `epoch` seeds its order (same epoch, same order). */
+int mfs_engine_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch);
+int mfs_engine_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
 
 /** Wait until every batch given to mfs_engine_sgd has been applied. The CUDA engine with
  *  engine.persistent returns from mfs_engine_sgd once the batch is queued on its device ring;
  *  the other engines apply it before returning (drain is then a no-op). sync and the loss
- *  and set calls drain as they need; reading the device tables any other way needs this. */
+ *  and resident calls drain as they need; reading the device tables any other way needs this. */
 int mfs_engine_drain(mfs_engine_t *e);
 /** Progress of mfs_engine_sgd calls: *ticket is the value the last call's batch is applied at,
  *  *applied how far the engine has got; a batch is applied once applied >= its ticket. The CUDA
  *  ring counts slots (a poll of mapped memory); other engines count calls and apply them
  *  before returning, so applied == ticket. */
 void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-/** Benchmarks: one epoch of a loaded set through the streaming path, in pieces of `batch`
+/** Benchmarks: one epoch of resident ratings through the streaming path, in pieces of `batch`
  *  ratings, applied when it returns. CUDA with engine.persistent: the pieces go through the
  *  persistent kernel's ring as descriptors of the device-resident set (no host copies), which
- *  measures the kernel fed from the ring against mfs_engine_sgd_set on the same data. Other
- *  engines: mfs_engine_sgd_set. */
-int mfs_engine_sgd_set_stream(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch);
+ *  measures the kernel fed from the ring against mfs_engine_sgd_epoch on the same data. Other
+ *  engines: mfs_engine_sgd_epoch. */
+int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch);
 /** Bring the host model up to date (device engines copy factors back). */
 int mfs_engine_sync(mfs_engine_t *e);
 /** Bring only the given rows of the host model up to date (snapshots: the rows touched since

@@ -15,16 +15,16 @@ struct mfs_engine_i {
 	int (*grow)(mfs_engine_t *e); /* (optional) */
 	int (*sgd)(mfs_engine_t *e, const mfs_batch_t *b);
 	int (*loss)(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
-	int (*set_load)(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out);
-	void (*set_free)(mfs_engine_t *e, mfs_set_t *s);
-	int (*sgd_set)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch);
-	int (*loss_set)(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out);
+	int (*resident_load)(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out);
+	void (*resident_free)(mfs_engine_t *e, mfs_resident_t *s);
+	int (*sgd_epoch)(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch);
+	int (*loss_resident)(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
 	int (*sync)(mfs_engine_t *e); /* (optional) */
 	int (*memory)(mfs_engine_t *e, uint64_t *used, uint64_t *total); /* (optional) device memory */
 	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
 	/* (optional; absent: both are the count of sgd calls) */
 	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-	int (*sgd_set_stream)(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch, size_t batch); /* (optional) */
+	int (*sgd_epoch_stream)(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch); /* (optional) */
 	/* (optional, with capture_wait; rows already checked; absent: sync, then a copy of the host
 	 * rows before returning). mfs_engine_sync_rows is a capture waited for and scattered. */
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,

@@ -18,7 +18,7 @@
  * noise that SGD absorbs. Batches below MIN_PER_THREAD ratings per thread run on the caller,
  * where waking the pool would cost more than the work.
  *
- * Sets (offline epochs, mfs_engine_sgd_set). At load the ratings are laid out LIBMF-style
+ * Sets (offline epochs, mfs_engine_sgd_epoch). At load the ratings are laid out LIBMF-style
  * (Zhuang et al. 2013): users and items are cut into bands of consecutive rows holding equal
  * numbers of ratings, the rating matrix becomes a grid of bands_u x bands_i blocks, each
  * block is sorted by user then item, and its user-sorted run is split in MFS_SET_STREAMS
@@ -87,7 +87,7 @@
 
 enum job_kind { JOB_SGD_BATCH = 1, JOB_SGD_SET, JOB_LOSS_BATCH, JOB_LOSS_SET };
 
-struct mfs_set {
+struct mfs_resident {
 	mfs_rating_t *st_r;     /* [0, st_known): blocked and sorted; [st_known, st_n): a NONE row */
 	size_t st_n, st_known;
 	uint32_t st_bands_u, st_bands_i;
@@ -111,7 +111,7 @@ struct cpu_job {
 	int threads;        /* workers sharing this job (a batch is cut into this many ranges) */
 	mfs_sgd_args_t a;
 	const mfs_batch_t *b;
-	struct mfs_set *s;
+	struct mfs_resident *s;
 	size_t n;           /* ratings the loss pass covers */
 	size_t n_chunks;
 	double *part;       /* 2 per chunk: sse, sae */
@@ -140,7 +140,7 @@ struct cpu_engine {
  * releasing `prev` (or -1). Waits while every remaining block conflicts with a running one.
  * Returns -1 when no block is left. With one thread the sequence of picks depends only on
  * the rng, i.e. on (seed, epoch). */
-static long sched_next(struct cpu_engine *ce, struct mfs_set *s, long prev)
+static long sched_next(struct cpu_engine *ce, struct mfs_resident *s, long prev)
 {
 	pthread_mutex_lock(&ce->ce_sched_lock);
 	if (prev >= 0) {
@@ -188,7 +188,7 @@ static void run_job(struct cpu_engine *ce, struct cpu_worker *w)
 		break;
 	}
 	case JOB_SGD_SET: {
-		struct mfs_set *s = j->s;
+		struct mfs_resident *s = j->s;
 		long blk = -1;
 		while ((blk = sched_next(ce, s, blk)) >= 0) {
 			size_t lo = s->st_off[blk], hi = s->st_off[blk + 1];
@@ -388,7 +388,7 @@ static int cpu_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 	return 0;
 }
 
-static int loss_run(mfs_engine_t *e, int kind, const mfs_batch_t *b, struct mfs_set *s, size_t n,
+static int loss_run(mfs_engine_t *e, int kind, const mfs_batch_t *b, struct mfs_resident *s, size_t n,
                     mfs_loss_t *out)
 {
 	struct cpu_engine *ce = e->impl;
@@ -466,7 +466,7 @@ static int split_bands(const mfs_rating_t *r, size_t total, int use_i, uint32_t 
 			(dst)[(cnt)[KEY((src)[j_])]++] = (src)[j_];                                      \
 	} while (0)
 
-static void set_free_impl(struct mfs_set *s)
+static void set_free_impl(struct mfs_resident *s)
 {
 	if (!s)
 		return;
@@ -490,12 +490,12 @@ static int grid_override(const mfs_engine_t *e, uint32_t *bu, uint32_t *bi)
 	return 1;
 }
 
-static int cpu_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
+static int cpu_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
 {
 	const mfs_model_t *m = e->model;
 	const uint32_t nu = m->n_users, ni = m->n_items;
 	const size_t n = b->n, row_bytes = (size_t)m->k * sizeof(float);
-	struct mfs_set *s = calloc(1, sizeof *s);
+	struct mfs_resident *s = calloc(1, sizeof *s);
 	mfs_rating_t *tmp = NULL;
 	uint32_t *band_u = NULL, *band_i = NULL;
 	size_t *cnt = NULL;
@@ -591,13 +591,13 @@ fail:
 	return rc;
 }
 
-static void cpu_set_free(mfs_engine_t *e, mfs_set_t *s)
+static void cpu_resident_free(mfs_engine_t *e, mfs_resident_t *s)
 {
 	(void)e;
 	set_free_impl(s);
 }
 
-static int cpu_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
+static int cpu_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 {
 	struct cpu_engine *ce = e->impl;
 	const size_t blocks = (size_t)s->st_bands_u * s->st_bands_i;
@@ -617,7 +617,7 @@ static int cpu_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
 	return 0;
 }
 
-static int cpu_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
+static int cpu_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out)
 {
 	return loss_run(e, JOB_LOSS_SET, NULL, s, s->st_n, out);
 }
@@ -630,9 +630,9 @@ const struct mfs_engine_i mfs_engine_cpu_i = {
 	.grow = NULL, /* nothing to mirror: arrays are re-read at every call */
 	.sgd = cpu_sgd,
 	.loss = cpu_loss,
-	.set_load = cpu_set_load,
-	.set_free = cpu_set_free,
-	.sgd_set = cpu_sgd_set,
-	.loss_set = cpu_loss_set,
+	.resident_load = cpu_resident_load,
+	.resident_free = cpu_resident_free,
+	.sgd_epoch = cpu_sgd_epoch,
+	.loss_resident = cpu_loss_resident,
 	.sync = NULL, /* the host model is the model */
 };

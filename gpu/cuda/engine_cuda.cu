@@ -461,7 +461,7 @@ struct pk_hdr {
 	uint32_t nchunks, n;      /* chunks, ratings */
 	float mu;                 /* global mean when the batch was published */
 	uint32_t salt;            /* sampling coins */
-	/* the ratings: the slot's own buffers, or (mfs_engine_sgd_set_stream) a device-resident set */
+	/* the ratings: the slot's own buffers, or (mfs_engine_sgd_epoch_stream) a device-resident set */
 	const uint32_t *u, *i;
 	const float *r;
 	const float *mr_u, *mr_i; /* per-rating row modes, or NULL */
@@ -1771,7 +1771,7 @@ static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, d
 	return 0;
 }
 
-static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
+static int cuda_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
 {
 	int prc = pk_stop(impl_of(e)); /* sets allocate and take the whole device */
 	if (prc)
@@ -1807,11 +1807,11 @@ static int cuda_set_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_set_t **out)
 		free(d);
 		return rc;
 	}
-	*out = (mfs_set_t *)d;
+	*out = (mfs_resident_t *)d;
 	return 0;
 }
 
-static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
+static void cuda_resident_free(mfs_engine_t *e, mfs_resident_t *s)
 {
 	pk_stop(impl_of(e));
 	(void)e;
@@ -1822,7 +1822,7 @@ static void cuda_set_free(mfs_engine_t *e, mfs_set_t *s)
 	free(d);
 }
 
-static int cuda_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
+static int cuda_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 {
 	int rc = pk_stop(impl_of(e));
 	if (rc)
@@ -1831,7 +1831,7 @@ static int cuda_sgd_set(mfs_engine_t *e, mfs_set_t *s, uint64_t epoch)
 	return launch_sgd(e, (struct dev_set *)s, mfs_coin_salt(epoch));
 }
 
-static int cuda_loss_set(mfs_engine_t *e, mfs_set_t *s, mfs_loss_t *out)
+static int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out)
 {
 	return launch_loss(e, (struct dev_set *)s, out);
 }
@@ -2019,7 +2019,7 @@ static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 
 /* A loaded set through the ring: each piece's descriptor points into the device-resident set
  * and carries the set's per-row modes, so the kernel does what launch_sgd's would. */
-static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, size_t batch)
+static int cuda_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *set, uint64_t epoch, size_t batch)
 {
 	struct cuda_impl *c = impl_of(e);
 	const struct dev_set *d = (const struct dev_set *)set;
@@ -2051,6 +2051,6 @@ static int cuda_sgd_set_stream(mfs_engine_t *e, mfs_set_t *set, uint64_t epoch, 
 
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
-	cuda_loss,     cuda_set_load, cuda_set_free, cuda_sgd_set,     cuda_loss_set, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_sgd_set_stream, cuda_capture,  cuda_capture_wait,
+	cuda_loss,     cuda_resident_load, cuda_resident_free, cuda_sgd_epoch,     cuda_loss_resident, cuda_sync,     cuda_memory,
+	cuda_drain,    cuda_progress, cuda_sgd_epoch_stream, cuda_capture,  cuda_capture_wait,
 };

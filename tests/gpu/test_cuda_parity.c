@@ -266,15 +266,15 @@ static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char 
 		mfs_hparams_t hp = {lr, 0.05f, 0.05f, 0.05f, 0.05f, -100.f, 100.f};
 		TEST_OK(mfs_engine_set_hparams(e, &hp));
 		mfs_batch_t mtr = {tr.u, tr.i, tr.r, tr.n}, mte = {te.u, te.i, te.r, te.n};
-		mfs_set_t *s = NULL;
-		TEST_OK(mfs_engine_set_load(e, &mtr, &s));
+		mfs_resident_t *s = NULL;
+		TEST_OK(mfs_engine_resident_load(e, &mtr, &s));
 		for (uint64_t ep = 1; ep <= 20; ep++)
-			TEST_OK(mfs_engine_sgd_set(e, s, ep));
+			TEST_OK(mfs_engine_sgd_epoch(e, s, ep));
 		mfs_loss_t l;
 		TEST_OK(mfs_engine_loss(e, &mte, &l));
 		rmse[g] = l.rmse;
 		fprintf(stderr, "  %s: test RMSE %.4f\n", g ? "cuda hogwild" : "cpu deterministic", l.rmse);
-		mfs_engine_set_free(e, s);
+		mfs_engine_resident_free(e, s);
 		mfs_engine_close(e);
 		mfs_model_free(m);
 	}

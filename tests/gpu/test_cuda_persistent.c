@@ -159,10 +159,10 @@ static void exactly_once(int k)
 	TEST_ASSERT_MSG(fsum == 0, "factors moved: sum |P| = %g", fsum);
 	/* a set epoch after streaming stops the kernel; streaming again relaunches it */
 	mfs_batch_t one = {perm, pi, r, 1};
-	mfs_set_t *set = NULL;
-	TEST_OK(mfs_engine_set_load(e, &one, &set));
-	TEST_OK(mfs_engine_sgd_set(e, set, 0));
-	mfs_engine_set_free(e, set);
+	mfs_resident_t *set = NULL;
+	TEST_OK(mfs_engine_resident_load(e, &one, &set));
+	TEST_OK(mfs_engine_sgd_epoch(e, set, 0));
+	mfs_engine_resident_free(e, set);
 	mfs_batch_t again = {perm + 1, pi + 1, r + 1, 1000};
 	TEST_OK(mfs_engine_sgd(e, &again));
 	TEST_OK(mfs_engine_sync(e));

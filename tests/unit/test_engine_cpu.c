@@ -198,13 +198,13 @@ static mfs_model_t *planted_model(const struct planted *pl, int k, uint64_t seed
 static double train_sets(mfs_engine_t *e, const struct planted *pl, int epochs)
 {
 	mfs_batch_t tb = train_batch(pl), vb = test_batch(pl);
-	mfs_set_t *s = NULL;
-	TEST_OK(mfs_engine_set_load(e, &tb, &s));
+	mfs_resident_t *s = NULL;
+	TEST_OK(mfs_engine_resident_load(e, &tb, &s));
 	for (int ep = 0; ep < epochs; ep++)
-		TEST_OK(mfs_engine_sgd_set(e, s, (uint64_t)ep));
+		TEST_OK(mfs_engine_sgd_epoch(e, s, (uint64_t)ep));
 	mfs_loss_t l;
 	TEST_OK(mfs_engine_loss(e, &vb, &l));
-	mfs_engine_set_free(e, s);
+	mfs_engine_resident_free(e, s);
 	return l.rmse;
 }
 
@@ -361,10 +361,10 @@ static void test_loss_threads(void)
 		mfs_engine_t *e = open_cpu(m, T[t], 0, 3);
 		set_hp(e, 0.02f, 0.05f, 1, 5);
 		mfs_loss_t l, ls;
-		mfs_set_t *s = NULL;
+		mfs_resident_t *s = NULL;
 		TEST_OK(mfs_engine_loss(e, &vb, &l));
-		TEST_OK(mfs_engine_set_load(e, &tb, &s));
-		TEST_OK(mfs_engine_loss_set(e, s, &ls));
+		TEST_OK(mfs_engine_resident_load(e, &tb, &s));
+		TEST_OK(mfs_engine_loss_resident(e, s, &ls));
 		TEST_EQ_INT(l.n, vb.n);
 		TEST_EQ_INT(ls.n, tb.n);
 		if (t == 0) {
@@ -376,7 +376,7 @@ static void test_loss_threads(void)
 		                "threads=%d: sse %.17g vs %.17g", T[t], l.sse, ref.sse);
 		TEST_ASSERT_MSG(memcmp(&ls.sse, &refs.sse, sizeof ls.sse) == 0, "set, threads=%d: sse %.17g vs %.17g",
 		                T[t], ls.sse, refs.sse);
-		mfs_engine_set_free(e, s);
+		mfs_engine_resident_free(e, s);
 		mfs_engine_close(e);
 	}
 	/* the chunked reduction against a plain double sum: equal up to rounding */
@@ -428,14 +428,14 @@ static void test_loss_none_clip(void)
 	TEST_OK(mfs_engine_loss(e, &b1, &l));
 	TEST_NEAR(l.sse, 1.0, 1e-12);
 	/* sets keep NONE rows for the loss and never train on them */
-	mfs_set_t *s = NULL;
+	mfs_resident_t *s = NULL;
 	uint64_t applied = m->events_applied;
-	TEST_OK(mfs_engine_set_load(e, &b, &s));
-	TEST_OK(mfs_engine_sgd_set(e, s, 0));
+	TEST_OK(mfs_engine_resident_load(e, &b, &s));
+	TEST_OK(mfs_engine_sgd_epoch(e, s, 0));
 	TEST_EQ_INT(m->events_applied, applied + 3);
-	TEST_OK(mfs_engine_loss_set(e, s, &l));
+	TEST_OK(mfs_engine_loss_resident(e, s, &l));
 	TEST_EQ_INT(l.n, 6);
-	mfs_engine_set_free(e, s);
+	mfs_engine_resident_free(e, s);
 	/* an empty pass: n = 0, rmse NaN */
 	mfs_batch_t none = {NULL, NULL, NULL, 0};
 	TEST_OK(mfs_engine_loss(e, &none, &l));
@@ -471,12 +471,12 @@ static void test_validation(void)
 	TEST_EQ_INT(mfs_engine_sgd(e, &b), MFS_ENAN);
 	mfs_loss_t l;
 	TEST_EQ_INT(mfs_engine_loss(e, &b, &l), MFS_ENAN);
-	mfs_set_t *s = NULL;
-	TEST_EQ_INT(mfs_engine_set_load(e, &b, &s), MFS_ENAN);
+	mfs_resident_t *s = NULL;
+	TEST_EQ_INT(mfs_engine_resident_load(e, &b, &s), MFS_ENAN);
 	TEST_ASSERT(s == NULL);
 	r[3] = 4, u[1] = 10;
 	TEST_EQ_INT(mfs_engine_loss(e, &b, &l), MFS_EINVAL);
-	TEST_EQ_INT(mfs_engine_set_load(e, &b, &s), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_resident_load(e, &b, &s), MFS_EINVAL);
 	TEST_ASSERT_MSG(snap_same(&s0, m), "a rejected batch changed the model");
 	/* NULL arguments and bad hyperparameters */
 	TEST_EQ_INT(mfs_engine_sgd(e, NULL), MFS_EINVAL);
@@ -524,13 +524,13 @@ static void test_nonfinite_guard(void)
 	for (int f = 0; f < 3 * 16; f++)
 		TEST_ASSERT(isfinite(m->Q[f]));
 	/* the same through a set epoch */
-	mfs_set_t *s = NULL;
-	TEST_OK(mfs_engine_set_load(e, &b, &s));
-	TEST_OK(mfs_engine_sgd_set(e, s, 0));
+	mfs_resident_t *s = NULL;
+	TEST_OK(mfs_engine_resident_load(e, &b, &s));
+	TEST_OK(mfs_engine_sgd_epoch(e, s, 0));
 	TEST_EQ_INT(m->events_applied, s0.applied + 2);
 	for (int f = 0; f < 3 * 16; f++)
 		TEST_ASSERT(isfinite(m->Q[f]));
-	mfs_engine_set_free(e, s);
+	mfs_engine_resident_free(e, s);
 	snap_free(&s0);
 	mfs_engine_close(e);
 	mfs_model_free(m);
@@ -662,7 +662,7 @@ static void test_convergence(void)
 /* ---- the registry ------------------------------------------------------------------------- */
 
 /* The engine calls every engine has: drain, sync_rows (checked, a no-op on the host engine),
- * memory (a host engine has no device), sgd_set_stream (the set epoch). */
+ * memory (a host engine has no device), sgd_epoch_stream (the set epoch). */
 static void test_streaming_calls(void)
 {
 	mfs_model_t *m = mk_model(8, 10, 10, 3);
@@ -689,15 +689,15 @@ static void test_streaming_calls(void)
 	mfs_engine_t *e2 = open_cpu(m2, 1, 1, 1);
 	set_hp(e2, 0.05f, 0.0f, 1.0f, 5.0f);
 	TEST_OK(mfs_engine_sgd(e2, &b));
-	mfs_set_t *s1 = NULL, *s2 = NULL;
-	TEST_OK(mfs_engine_set_load(e, &b, &s1));
-	TEST_OK(mfs_engine_set_load(e2, &b, &s2));
-	TEST_OK(mfs_engine_sgd_set(e, s1, 1));
-	TEST_OK(mfs_engine_sgd_set_stream(e2, s2, 1, 2));
-	TEST_EQ_INT(mfs_engine_sgd_set_stream(e2, s2, 1, 0), MFS_EINVAL);
+	mfs_resident_t *s1 = NULL, *s2 = NULL;
+	TEST_OK(mfs_engine_resident_load(e, &b, &s1));
+	TEST_OK(mfs_engine_resident_load(e2, &b, &s2));
+	TEST_OK(mfs_engine_sgd_epoch(e, s1, 1));
+	TEST_OK(mfs_engine_sgd_epoch_stream(e2, s2, 1, 2));
+	TEST_EQ_INT(mfs_engine_sgd_epoch_stream(e2, s2, 1, 0), MFS_EINVAL);
 	TEST_ASSERT(memcmp(m->P, m2->P, (size_t)m->n_users * 8 * sizeof(float)) == 0);
-	mfs_engine_set_free(e, s1);
-	mfs_engine_set_free(e2, s2);
+	mfs_engine_resident_free(e, s1);
+	mfs_engine_resident_free(e2, s2);
 	mfs_engine_close(e);
 	mfs_engine_close(e2);
 	mfs_model_free(m);
