@@ -18,7 +18,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "ingest/kafka_util.h"
-#include "ingest/service.h"
+#include "serve/serve.h"
 
 #define SERVE_EMBEDDED_BROKERS 1
 #define SERVE_EMBEDDED_PARTITIONS 4
@@ -129,8 +129,8 @@ int mfs_cmd_serve(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	mfs_service_opts_t so = {brokers, topics, n_topics, embedded};
-	rc = mfs_service_run(&c, &so, &serve_stop, err, sizeof err);
+	mfs_serve_opts_t so = {brokers, topics, n_topics, embedded};
+	rc = mfs_serve_run(&c, &so, &serve_stop, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "mfstream serve: %s\n", *err ? err : mfs_strerror(rc));
 		ret = rc == MFS_ECONFIG ? 2 : 1;

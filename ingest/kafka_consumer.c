@@ -11,7 +11,7 @@
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
                          void *opaque)
 {
-	const mfs_consumer_cbs_t *cbs = opaque;
+	const mfs_kafka_consumer_cbs_t *cbs = opaque;
 	int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		for (int j = 0; j < parts->cnt; j++)
@@ -46,8 +46,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
 	}
 }
 
-int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics, size_t n_topics,
-                      const mfs_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr, size_t es)
+int mfs_kafka_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics,
+                            size_t n_topics, const mfs_kafka_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr,
+                            size_t es)
 {
 	/* librdkafka's mock cluster holds a fetch for the whole fetch.wait.max.ms (500) when a
 	 * partition has nothing, instead of answering when data arrives, and some of its answers

@@ -17,13 +17,13 @@
 
 #include "config/config.h"
 
-typedef struct mfs_consumer_cbs {
+typedef struct mfs_kafka_consumer_cbs {
 	void *ctx;
 	/** Partitions are being assigned: set each element's offset (default: beginning). */
 	void (*on_assign)(void *ctx, rd_kafka_topic_partition_list_t *parts);
 	/** Partitions are being revoked (or lost): apply and snapshot before they go. */
 	void (*on_revoke)(void *ctx, const rd_kafka_topic_partition_list_t *parts);
-} mfs_consumer_cbs_t;
+} mfs_kafka_consumer_cbs_t;
 
 /** Create the consumer (kafka.* keys of c over our defaults: group.id=mfstream,
  *  auto.offset.reset=earliest; with mock != 0 also short fetch waits, see kafka_consumer.c)
@@ -31,7 +31,8 @@ typedef struct mfs_consumer_cbs {
  *  brokers: bootstrap.servers override (NULL or "": kafka.bootstrap.servers).
  *  mock: the brokers are librdkafka's mock cluster (the embedded broker).
  *  @return 0, MFS_ECONFIG, MFS_EKAFKA, ENOMEM (errstr says why). */
-int mfs_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics, size_t n_topics,
-                      const mfs_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr, size_t errstr_size);
+int mfs_kafka_consumer_open(const mfs_conf_t *c, const char *brokers, int mock, char *const *topics,
+                            size_t n_topics, const mfs_kafka_consumer_cbs_t *cbs, rd_kafka_t **out, char *errstr,
+                            size_t errstr_size);
 
 #endif

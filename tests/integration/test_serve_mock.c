@@ -11,7 +11,7 @@
  */
 #include "serve_help.h"
 
-#include "ingest/learner.h"
+#include "serve/learner.h"
 
 
 #define N_PARTS 3
@@ -111,7 +111,7 @@ static void check_metrics(const char *log, uint64_t n)
 
 /* Every user and item of the produced stream (sh_synth_conf, seed) has a row in the snapshot,
  * and the snapshot has no others: a large batch resolves its users and items on two threads
- * (learner.c, batch_rows), and neither side may lose, swap or invent an id. */
+ * (serve/rows.c), and neither side may lose, swap or invent an id. */
 static void check_ids(mfs_snap_t *h, const mfs_snap_meta_t *m, long n, long seed)
 {
 	mfs_conf_t c;

@@ -6,7 +6,7 @@
 
 #include "common/err.h"
 #include "ingest/event.h"
-#include "ingest/learner.h"
+#include "serve/learner.h"
 #include "ops/catalog.h"
 #include "testhelp.h"
 

@@ -290,7 +290,7 @@ static void test_json_lines(void)
 {
 	char q[256];
 	capture_begin(MFS_LOG_JSON);
-	/* 0: a line as ingest/service.c writes it */
+	/* 0: a line as serve/consumer.c writes it */
 	mfs_warn("serve", "msg=rejected reason=%s topic=%s partition=%d offset=%lld event=%ld detail=\"%s\" suppressed=%d",
 	         "nan", "ratings", 3, 12345LL, -1L, "rating is NaN", 0);
 	/* 1: a value quoted by mfs_log_quote: escapes decode back exactly */

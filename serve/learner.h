@@ -1,12 +1,13 @@
 /* learner.h - the learner thread of `mfstream serve` (docs/STREAMING.md).
  *
- * It owns the model (model_store), the engine and the snapshot writer, and consumes batches
- * of decoded events from the ring (ingest/batcher.h) in order: ids -> rows (new ids get rows),
+ * It owns the model (model_store), the engine and the snapshot publisher, and consumes batches
+ * of decoded events from the queue (serve/batcher.h) in order: ids -> rows (new ids get rows),
  * running mean, holdout split, test-then-train scoring, SGD, the retained windows; every
  * serve.fullpass_ms a full pass over the windows whose loss drives the learning-rate
  * controller; every serve.snapshot_ms (and at every barrier batch) ONE LMDB transaction with
  * the touched rows, meta and the next offset of every partition the applied batches cover,
- * then a Kafka commit of those offsets.
+ * then a commit of those offsets through the caller's mfs_commit_fn (the consumer's: Kafka).
+ * No Kafka type reaches it: tests drive it with batches of their own.
  *
  * Owning the model on one thread keeps model_store lock-free and puts every snapshot at a
  * batch boundary by construction: the offsets in a snapshot are exactly those of the batches
@@ -18,11 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <librdkafka/rdkafka.h>
-
+#include "common/offsets.h"
 #include "config/config.h"
-#include "ingest/batcher.h"
 #include "ops/catalog.h"
+#include "serve/batcher.h"
 #include "snapshots/snap_load.h"
 
 typedef struct mfs_learner mfs_learner_t;
@@ -30,11 +30,11 @@ typedef struct mfs_learner mfs_learner_t;
 /* Where the learner thread's time goes (mfstream_learner_seconds{phase}, the progress log):
  * ops/catalog.def lists the label values in this order. */
 enum mfs_learner_phase {
-	MFS_LPH_WAIT = 0,  /* blocked on the ring: no batch to apply */
+	MFS_LPH_WAIT = 0,  /* blocked on the queue: no batch to apply */
 	MFS_LPH_ROWS,      /* ids -> rows (new ids get rows), running mean, holdout split */
 	MFS_LPH_GROW,      /* the engine grows its tables to the model's rows */
 	MFS_LPH_SCORE,     /* test-then-train scoring (serve.prequential) */
-	MFS_LPH_SUBMIT,    /* SGD: the engine takes the batch (ring publish, a launch, or the CPU's updates) */
+	MFS_LPH_SUBMIT,    /* SGD: the engine takes the batch (device ring publish, a launch, or the CPU's updates) */
 	MFS_LPH_RECORD,    /* retained windows, offsets, message timestamps */
 	MFS_LPH_FULL_PASS, /* the periodic full pass and the learning-rate update */
 	MFS_LPH_SNAPSHOT,  /* quiesce, gather and stage touched rows; finish the writer's job */
@@ -60,19 +60,24 @@ typedef struct mfs_learner_stats {
 	double phase_s[MFS_LPH__COUNT]; /* learner thread seconds per phase since start */
 } mfs_learner_stats_t;
 
-/** Create the model, load the newest snapshot in snapshot.dir (if any) and open the writer.
+/** Commits offsets a published snapshot stores to the broker (lag monitoring only: recovery
+ *  seeks to the snapshot's own offsets). sync: wait for the broker (barriers). Called on the
+ *  learner thread. @return 0 or an error (the callee logs it; the learner goes on). */
+typedef int (*mfs_commit_fn)(void *ctx, const mfs_offset_t *offs, size_t n, int sync);
+
+/** Create the model, load the newest snapshot in snapshot.dir (if any) and open the publisher.
  *  @return 0, or an error (errstr says why). */
-int mfs_learner_open(const mfs_conf_t *c, mfs_bring_t *ring, mfs_learner_t **out, char *errstr,
+int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **out, char *errstr,
                      size_t errstr_size);
 /** What the loaded snapshot said (offsets to resume at, counters); zeroed when there was none. */
 const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l);
 /** Metrics (optional, before mfs_learner_start): snapshot duration and message -> snapshot
  *  latency are observed into cat's histograms as they happen. */
 void mfs_learner_set_metrics(mfs_learner_t *l, mfs_catalog_t *cat);
-/** Open the engine on the learner thread and start it. rk (may be NULL) receives offset commits.
- *  @return 0, or the engine's error. */
-int mfs_learner_start(mfs_learner_t *l, rd_kafka_t *rk, char *errstr, size_t errstr_size);
-/** Wait for the thread (after a FINAL barrier or mfs_bring_close). @return its result. */
+/** Open the engine on the learner thread and start it. commit (may be NULL) receives the
+ *  offsets of every published snapshot. @return 0, or the engine's error. */
+int mfs_learner_start(mfs_learner_t *l, mfs_commit_fn commit, void *commit_ctx, char *errstr, size_t errstr_size);
+/** Wait for the thread (after a FINAL barrier or mfs_batchq_close). @return its result. */
 int mfs_learner_join(mfs_learner_t *l, char *errstr, size_t errstr_size);
 void mfs_learner_get_stats(mfs_learner_t *l, mfs_learner_stats_t *out);
 const char *mfs_learner_engine_name(const mfs_learner_t *l);

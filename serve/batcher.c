@@ -1,0 +1,253 @@
+/* batcher.c - see batcher.h.
+ *
+ * DESIGN: one mutex and three condition variables; the ring moves pointers to batches, never
+ * events, and is touched once per batch (thousands of events), so a lock costs nothing
+ * measurable. Memory: at most cap queued + one being filled + one being applied batches exist
+ * beyond the free list, and the free list only holds batches that were once in use.
+ */
+#include "serve/batcher.h"
+
+#include "common/grow.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, void *keep, int64_t ts_ms,
+                          double holdout_fraction)
+{
+	if (mfs_grow((void **)&b->ev, &b->cap, b->n + n_ev, sizeof *b->ev) ||
+	    mfs_grow((void **)&b->keep, &b->cap_keep, b->n_keep + 1, sizeof *b->keep) ||
+	    mfs_grow((void **)&b->ts, &b->cap_ts, b->n_ts + 1, sizeof *b->ts) ||
+	    (holdout_fraction > 0 && mfs_grow((void **)&b->held, &b->cap_held, b->n + n_ev, sizeof *b->held)))
+		return ENOMEM;
+	if (n_ev)
+		memcpy(b->ev + b->n, ev, n_ev * sizeof *ev);
+	for (size_t j = 0; j < n_ev; j++) {
+		b->digest += mfs_event_digest(&ev[j]);
+		if (holdout_fraction > 0)
+			b->held[b->n + j] = mfs_event_holdout_u(&ev[j]) < holdout_fraction;
+	}
+	b->n += n_ev;
+	if (keep)
+		b->keep[b->n_keep++] = keep;
+	if (ts_ms > 0)
+		b->ts[b->n_ts++] = ts_ms;
+	return 0;
+}
+
+int mfs_ebatch_advance(mfs_ebatch_t *b, const char *topic, int32_t partition, int64_t next)
+{
+	for (size_t j = 0; j < b->n_off; j++)
+		if (b->off[j].partition == partition && b->off[j].topic == topic) {
+			if (next > b->off[j].next)
+				b->off[j].next = next;
+			return 0;
+		}
+	if (mfs_grow((void **)&b->off, &b->cap_off, b->n_off + 1, sizeof *b->off))
+		return ENOMEM;
+	b->off[b->n_off++] = (mfs_offset_t){topic, partition, next};
+	return 0;
+}
+
+void mfs_ebatch_clear(mfs_ebatch_t *b)
+{
+	for (size_t j = 0; j < b->n_keep; j++)
+		if (b->keep_free)
+			b->keep_free(b->keep[j]);
+	b->n = b->n_keep = b->n_ts = b->n_off = 0;
+	memset(b->rejected, 0, sizeof b->rejected);
+	b->digest = 0;
+	b->messages = 0;
+	b->t_first = 0;
+	b->barrier = 0;
+	b->barrier_gen = 0;
+}
+
+void mfs_ebatch_free(mfs_ebatch_t *b)
+{
+	if (!b)
+		return;
+	mfs_ebatch_clear(b);
+	free(b->ev);
+	free(b->held);
+	free(b->keep);
+	free(b->ts);
+	free(b->off);
+	free(b);
+}
+
+int mfs_batchq_init(mfs_batchq_t *r, size_t slots, mfs_keep_free_fn keep_free)
+{
+	memset(r, 0, sizeof *r);
+	r->bq_keep_free = keep_free;
+	if (slots < 1)
+		slots = 1;
+	if (!(r->bq_q = calloc(slots, sizeof *r->bq_q)))
+		return ENOMEM;
+	r->bq_cap = slots;
+	int rc;
+	if ((rc = pthread_mutex_init(&r->bq_mu, NULL)))
+		return rc;
+	pthread_cond_init(&r->bq_not_empty, NULL);
+	pthread_cond_init(&r->bq_not_full, NULL);
+	pthread_cond_init(&r->bq_changed, NULL);
+	return 0;
+}
+
+void mfs_batchq_destroy(mfs_batchq_t *r)
+{
+	if (!r->bq_q)
+		return;
+	for (size_t j = 0; j < r->bq_count; j++)
+		mfs_ebatch_free(r->bq_q[(r->bq_head + j) % r->bq_cap]);
+	for (size_t j = 0; j < r->bq_n_free; j++)
+		mfs_ebatch_free(r->bq_free[j]);
+	free(r->bq_q);
+	free(r->bq_free);
+	pthread_mutex_destroy(&r->bq_mu);
+	pthread_cond_destroy(&r->bq_not_empty);
+	pthread_cond_destroy(&r->bq_not_full);
+	pthread_cond_destroy(&r->bq_changed);
+	memset(r, 0, sizeof *r);
+}
+
+mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *r)
+{
+	mfs_ebatch_t *b = NULL;
+	pthread_mutex_lock(&r->bq_mu);
+	if (r->bq_n_free)
+		b = r->bq_free[--r->bq_n_free];
+	pthread_mutex_unlock(&r->bq_mu);
+	if (!b && (b = calloc(1, sizeof *b)))
+		b->keep_free = r->bq_keep_free;
+	return b;
+}
+
+/* absolute CLOCK_REALTIME deadline timeout_ms from now (pthread_cond_timedwait's clock) */
+static struct timespec deadline(int timeout_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+int mfs_batchq_push(mfs_batchq_t *r, mfs_ebatch_t *b, int timeout_ms)
+{
+	struct timespec dl = deadline(timeout_ms);
+	int rc = 0;
+	pthread_mutex_lock(&r->bq_mu);
+	while (r->bq_count == r->bq_cap && !r->bq_failed && rc == 0)
+		rc = timeout_ms > 0 ? pthread_cond_timedwait(&r->bq_not_full, &r->bq_mu, &dl) : ETIMEDOUT;
+	if (r->bq_failed) {
+		rc = EPIPE;
+	} else if (r->bq_count < r->bq_cap) {
+		r->bq_q[(r->bq_head + r->bq_count) % r->bq_cap] = b;
+		r->bq_count++;
+		r->bq_pushed++;
+		rc = 0;
+		pthread_cond_signal(&r->bq_not_empty);
+	} else {
+		rc = ETIMEDOUT;
+		r->bq_full_waits++;
+	}
+	pthread_mutex_unlock(&r->bq_mu);
+	return rc;
+}
+
+int mfs_batchq_pop(mfs_batchq_t *r, int timeout_ms, mfs_ebatch_t **out)
+{
+	struct timespec dl = deadline(timeout_ms);
+	int rc = 0;
+	*out = NULL;
+	pthread_mutex_lock(&r->bq_mu);
+	while (r->bq_count == 0 && !r->bq_closed && rc == 0)
+		rc = timeout_ms > 0 ? pthread_cond_timedwait(&r->bq_not_empty, &r->bq_mu, &dl) : ETIMEDOUT;
+	if (r->bq_count) {
+		*out = r->bq_q[r->bq_head];
+		r->bq_head = (r->bq_head + 1) % r->bq_cap;
+		r->bq_count--;
+		r->bq_inflight++;
+		rc = 0;
+		pthread_cond_signal(&r->bq_not_full);
+	} else {
+		rc = r->bq_closed ? EPIPE : ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&r->bq_mu);
+	return rc;
+}
+
+void mfs_batchq_release(mfs_batchq_t *r, mfs_ebatch_t *b)
+{
+	mfs_ebatch_clear(b);
+	pthread_mutex_lock(&r->bq_mu);
+	r->bq_inflight--;
+	int kept = 0;
+	if (r->bq_n_free < r->bq_cap + 2 &&
+	    mfs_grow((void **)&r->bq_free, &r->bq_cap_free, r->bq_n_free + 1, sizeof *r->bq_free) == 0) {
+		r->bq_free[r->bq_n_free++] = b;
+		kept = 1;
+	}
+	pthread_mutex_unlock(&r->bq_mu);
+	if (!kept)
+		mfs_ebatch_free(b);
+}
+
+size_t mfs_batchq_fill(mfs_batchq_t *r)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	size_t n = r->bq_count;
+	pthread_mutex_unlock(&r->bq_mu);
+	return n;
+}
+
+uint64_t mfs_batchq_next_barrier(mfs_batchq_t *r)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	uint64_t g = ++r->bq_barrier_gen;
+	pthread_mutex_unlock(&r->bq_mu);
+	return g;
+}
+
+void mfs_batchq_barrier_done(mfs_batchq_t *r, uint64_t gen)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	if (gen > r->bq_barrier_done)
+		r->bq_barrier_done = gen;
+	pthread_cond_broadcast(&r->bq_changed);
+	pthread_mutex_unlock(&r->bq_mu);
+}
+
+int mfs_batchq_wait_barrier(mfs_batchq_t *r, uint64_t gen)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	while (r->bq_barrier_done < gen && !r->bq_failed)
+		pthread_cond_wait(&r->bq_changed, &r->bq_mu);
+	int rc = r->bq_barrier_done >= gen ? 0 : EPIPE;
+	pthread_mutex_unlock(&r->bq_mu);
+	return rc;
+}
+
+void mfs_batchq_close(mfs_batchq_t *r)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	r->bq_closed = 1;
+	pthread_cond_broadcast(&r->bq_not_empty);
+	pthread_mutex_unlock(&r->bq_mu);
+}
+
+void mfs_batchq_fail(mfs_batchq_t *r)
+{
+	pthread_mutex_lock(&r->bq_mu);
+	r->bq_failed = 1;
+	pthread_cond_broadcast(&r->bq_not_full);
+	pthread_cond_broadcast(&r->bq_changed);
+	pthread_mutex_unlock(&r->bq_mu);
+}

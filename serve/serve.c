@@ -1,0 +1,182 @@
+/* serve.c - see serve.h: `mfstream serve` wired from its stages.
+ *
+ * DESIGN: two threads and a queue. This (the calling) thread runs the consumer loop
+ * (serve/consumer.c: Kafka -> validated events -> batches of whole messages); the learner
+ * thread (serve/learner.c) owns model, engine and snapshots and applies the batches in order;
+ * the bounded queue between them (serve/batcher.h) is the backpressure. The HTTP thread
+ * (ops/http.h) answers /metrics, /healthz and /readyz from what the learner publishes about
+ * itself (the scrape hook). Start order: queue, metrics, learner (loads the snapshot), consumer
+ * (resumes at the snapshot's offsets), learner thread (opens the engine). Stop: a final barrier
+ * (the learner applies everything polled and publishes), then the consumer leaves the group.
+ */
+#include "serve/serve.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "ops/catalog.h"
+#include "ops/http.h"
+#include "ops/metrics.h"
+#include "serve/batcher.h"
+#include "serve/consumer.h"
+#include "serve/learner.h"
+
+typedef struct svc {
+	const mfs_conf_t *c;
+	mfs_batchq_t queue;
+	mfs_learner_t *l;
+	mfs_metrics_t *reg;
+	mfs_catalog_t cat;
+} svc_t;
+
+/* At every scrape (HTTP thread, under the registry's render lock): copy what the learner
+ * publishes about itself. Counters restored from the snapshot (rejections, events) are set,
+ * so they continue across restarts like the snapshot's own. */
+static void scrape_hook(mfs_metrics_t *r, void *ctx)
+{
+	(void)r;
+	svc_t *s = ctx;
+	mfs_catalog_t *c = &s->cat;
+	mfs_learner_stats_t st;
+	mfs_learner_get_stats(s->l, &st);
+	mfs_counter_set(c->events_applied, st.events_applied);
+	mfs_counter_set(c->updates, st.events_applied);
+	mfs_counter_set(c->events_held_out, st.events_held_out);
+	for (int j = 0; j < MFS_REJ__COUNT && j < MFS_CAT_FIXED_MAX; j++)
+		mfs_counter_set(c->messages_rejected_at[j], st.rejected[j]);
+	mfs_gauge_set(c->learning_rate, st.lr);
+	mfs_gauge_set(c->window_rmse, st.window_rmse);
+	mfs_gauge_set(c->holdout_rmse, st.holdout_rmse);
+	mfs_gauge_set(c->prequential_rmse, st.prequential_rmse);
+	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
+		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.n_users);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.n_items);
+	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_USERS], st.cap_users);
+	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_ITEMS], st.cap_items);
+	mfs_counter_set(c->snapshots, st.snapshots);
+	if (st.snap_wall_s > 0) {
+		mfs_gauge_set(c->snapshot_sequence, (double)st.snap_seq);
+		mfs_gauge_set(c->snapshot_timestamp, st.snap_wall_s);
+		mfs_gauge_set(c->snapshot_age, (double)mfs_wall_ms() / 1000.0 - st.snap_wall_s);
+		mfs_gauge_set(c->snapshot_rows_at[MFS_CAT_USERS], (double)st.snap_users);
+		mfs_gauge_set(c->snapshot_rows_at[MFS_CAT_ITEMS], (double)st.snap_items);
+	}
+	mfs_gauge_set(c->ring_batches_queued, (double)mfs_batchq_fill(&s->queue));
+	mfs_gauge_set(c->ring_batches_capacity, (double)s->c->serve_ring_batches);
+	mfs_gauge_set(c->gpu_memory_used, st.gpu_mem_used);
+	mfs_gauge_set(c->gpu_memory_total, st.gpu_mem_total);
+}
+
+int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_atomic_t *stop, char *errstr,
+                  size_t es)
+{
+	svc_t s;
+	memset(&s, 0, sizeof s);
+	s.c = c;
+	mfs_consumer_t *cons = NULL;
+	mfs_http_t *http = NULL;
+	int rc, queue_ok = 0, learner_done = 0;
+	if ((rc = mfs_batchq_init(&s.queue, (size_t)c->serve_ring_batches, mfs_consumer_keep_free))) {
+		mfs_errf(errstr, es, rc, "queue: %s", mfs_strerror(rc));
+		goto out;
+	}
+	queue_ok = 1;
+	/* metrics first: /healthz answers while the snapshot loads */
+	if ((rc = mfs_metrics_init(&s.reg)) || (rc = mfs_catalog_register(s.reg, &s.cat, errstr, es))) {
+		mfs_errf(errstr, es, rc, "metrics: %s", mfs_strerror(rc));
+		goto out;
+	}
+	if (*c->metrics_listen) {
+		mfs_http_opts_t ho = {s.reg, c->metrics_healthz_stale_ms};
+		if ((rc = mfs_http_open(c->metrics_listen, &ho, &http, errstr, es)))
+			goto out;
+		mfs_info("serve", "msg=\"metrics listening\" listen=%s port=%d", c->metrics_listen, mfs_http_port(http));
+	}
+	/* recovery: the learner loads the snapshot; partitions resume at its offsets */
+	if ((rc = mfs_learner_open(c, &s.queue, &s.l, errstr, es)))
+		goto out;
+	mfs_consumer_opts_t co = {o->brokers, o->topics, o->n_topics, o->embedded, &s.queue, mfs_learner_loaded(s.l),
+	                          &s.cat, http};
+	if ((rc = mfs_consumer_open(c, &co, &cons, errstr, es)))
+		goto out;
+	mfs_learner_set_metrics(s.l, &s.cat);
+	if ((rc = mfs_learner_start(s.l, mfs_consumer_commit, cons, errstr, es)))
+		goto out;
+	mfs_catalog_set_build_info(&s.cat, NULL, mfs_learner_engine_name(s.l));
+	if ((rc = mfs_metrics_add_hook(s.reg, scrape_hook, &s))) {
+		mfs_errf(errstr, es, rc, "metrics: %s", mfs_strerror(rc));
+		goto out;
+	}
+	mfs_info("serve", "msg=started engine=%s topics=%zu batch=%" PRId64 " ring=%" PRId64 " snapshot_ms=%" PRId64
+	         " holdout_fraction=%g", mfs_learner_engine_name(s.l), o->n_topics, c->serve_batch_size,
+	         c->serve_ring_batches, c->serve_snapshot_ms, c->serve_holdout_fraction);
+
+	int fatal = 0;
+	while (!*stop && !fatal) {
+		mfs_http_heartbeat(http);
+		if ((fatal = mfs_consumer_step(cons)))
+			break;
+		if (c->serve_exit_at_end && mfs_consumer_all_at_end(cons)) {
+			uint64_t msgs, pauses;
+			size_t parts;
+			mfs_consumer_counts(cons, &msgs, &pauses, &parts);
+			mfs_info("serve", "msg=\"every assigned partition read to its end: stopping (serve.exit_at_end)\" "
+			                  "partitions=%zu",
+			         parts);
+			break;
+		}
+	}
+	if (fatal) {
+		char err[1024];
+		rc = fatal;
+		snprintf(err, sizeof err, "%s", *mfs_consumer_error(cons) ? mfs_consumer_error(cons) : mfs_strerror(rc));
+		mfs_http_set_fatal(http, err);
+		if (rc == EPIPE) /* the learner failed: its error is the cause */
+			rc = mfs_learner_join(s.l, err, sizeof err);
+		learner_done = 1;
+		mfs_consumer_learner_done(cons);
+		mfs_errf(errstr, es, rc ? rc : MFS_EINVAL, "%s", err);
+		rc = rc ? rc : MFS_EINVAL;
+		goto out;
+	}
+	/* shutdown: stop polling, let the learner apply everything and publish, commit, close */
+	rc = mfs_consumer_barrier(cons, MFS_EBATCH_FINAL);
+	learner_done = 1;
+	mfs_consumer_learner_done(cons);
+	int jrc = mfs_learner_join(s.l, errstr, es);
+	if (rc || jrc) {
+		if (!jrc)
+			mfs_errf(errstr, es, rc, "final snapshot: %s", mfs_strerror(rc));
+		rc = jrc ? jrc : rc;
+		goto out;
+	}
+	mfs_consumer_close(cons);
+	mfs_learner_stats_t st;
+	mfs_learner_get_stats(s.l, &st);
+	uint64_t msgs, pauses;
+	size_t parts;
+	mfs_consumer_counts(cons, &msgs, &pauses, &parts);
+	mfs_info("serve", "msg=stopped events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
+	         " snapshots=%" PRIu64 " pauses=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f applied_p50_ms=%.1f"
+	         " applied_p99_ms=%.1f",
+	         st.events_applied, st.events_held_out, msgs, st.snapshots, pauses, st.lat_p50_ms, st.lat_p99_ms,
+	         st.applied_p50_ms, st.applied_p99_ms);
+	rc = 0;
+out:
+	mfs_http_close(http); /* first: its scrape hook reads the learner and the queue */
+	if (s.l && !learner_done && queue_ok)
+		mfs_batchq_close(&s.queue);
+	mfs_learner_close(s.l); /* joins the thread if it still runs */
+	mfs_consumer_free(cons);
+	if (queue_ok)
+		mfs_batchq_destroy(&s.queue);
+	mfs_metrics_free(s.reg);
+	return rc;
+}
