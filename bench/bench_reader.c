@@ -335,7 +335,7 @@ static int cmd_run(const struct opts *o)
 		publish_incremental(o, meta.n_items, (uint64_t)i + 1);
 		t0 = mfs_now_s();
 		if ((rc = mfs_snap_cache_refresh(s, &seq, &refreshed)) || !refreshed)
-			die("refresh", rc ? rc : MFS_ESTATE, "no rebuild after a publish");
+			die("refresh", rc ? rc : MFS_EINVAL, "no rebuild after a publish");
 		sr.v[sr.n++] = (mfs_now_s() - t0) * 1e3;
 	}
 	report(&sr);
@@ -376,7 +376,7 @@ static int cmd_run(const struct opts *o)
 			rc = mfs_snap_topk_ex(s, &u, runs[rn].K, &op, hits, &n, &st);
 			double dt = (mfs_now_s() - t0) * 1e3;
 			if (rc || st.refreshed)
-				die("topk", rc ? rc : MFS_ESTATE, "unexpected rebuild");
+				die("topk", rc ? rc : MFS_EINVAL, "unexpected rebuild");
 			sq.v[sq.n++] = dt;
 			sc.v[sc.n++] = (double)st.n_scored;
 			if (rn == 0 && q < NE)

@@ -18,15 +18,4 @@ if(NOT MHD_FOUND)
   message(WARNING "mfstream: libmicrohttpd not found (apt install libmicrohttpd-dev): "
     "building without the metrics/health endpoint")
 endif()
-find_package(OpenMP COMPONENTS C)
-add_library(mfs_deps INTERFACE)
-add_library(mfs::deps ALIAS mfs_deps)
-target_link_libraries(mfs_deps INTERFACE PkgConfig::LMDB PkgConfig::INIH PkgConfig::XXHASH
-  PkgConfig::ZSTD PkgConfig::ZLIB PkgConfig::RDKAFKA PkgConfig::MSGPACK)
-if(MHD_FOUND)
-  target_link_libraries(mfs_deps INTERFACE PkgConfig::MHD)
-endif()
-if(OpenMP_C_FOUND)
-  # Only the SIMD pragmas: threads are ours (pthreads), so no OpenMP runtime is needed.
-  target_compile_options(mfs_deps INTERFACE $<$<COMPILE_LANGUAGE:C>:-fopenmp-simd>)
-endif()
+find_package(OpenMP COMPONENTS C) # only for -fopenmp-simd (cmake/stages.cmake)

@@ -5,6 +5,7 @@
 #include "cmd/cmd.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "mfs_version.h"
 
 extern char **environ;
 
@@ -92,7 +93,7 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-		printf("mfstream 0.1.0\n");
+		printf("mfstream %s\n", MFS_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

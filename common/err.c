@@ -13,7 +13,6 @@ static const char *const mfs_err_str[] = {
 	[MFS_EVERSION - MFS_E_FIRST] = "unsupported format version",
 	[MFS_ECOMPRESS - MFS_E_FIRST] = "corrupt compressed data",
 	[MFS_EIDLEN - MFS_E_FIRST] = "id empty or longer than 256 bytes",
-	[MFS_ERANGE - MFS_E_FIRST] = "value out of range",
 	[MFS_ENAN - MFS_E_FIRST] = "value is NaN or infinite",
 	[MFS_EEMPTY - MFS_E_FIRST] = "no data",
 	[MFS_ENOTFOUND - MFS_E_FIRST] = "not found",
@@ -23,7 +22,6 @@ static const char *const mfs_err_str[] = {
 	[MFS_ENODEV - MFS_E_FIRST] = "engine or device not available",
 	[MFS_EKAFKA - MFS_E_FIRST] = "Kafka error",
 	[MFS_EDECODE - MFS_E_FIRST] = "event could not be decoded",
-	[MFS_ESTATE - MFS_E_FIRST] = "operation not valid in this state",
 	[MFS_EFATAL - MFS_E_FIRST] = "handle unusable after a fatal error",
 };
 

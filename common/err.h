@@ -16,31 +16,28 @@ extern "C" {
 #endif
 
 #define MFS_OK 0
-/* Our block sits below LMDB's (-30799..-30780) so the two never collide. */
+/* Our block sits below LMDB's (-30799..-30780) so the two never collide. The values are
+ * macros, written out: the installed reader header (snapshots/reader/mfs_snap.h) defines the
+ * codes it returns with the same text, so either header may come first. */
 #define MFS_E_FIRST (-31000)
-enum mfs_err {
-	MFS_EINVAL = MFS_E_FIRST, /* invalid argument */
-	MFS_ECONFIG,              /* unknown configuration key or bad value */
-	MFS_EPARSE,               /* malformed input record */
-	MFS_EFORMAT,              /* unknown or unsupported file/data format */
-	MFS_EVERSION,             /* snapshot or file format version not supported */
-	MFS_ECOMPRESS,            /* corrupt compressed stream */
-	MFS_EIDLEN,               /* id longer than 256 bytes or empty */
-	MFS_ERANGE,               /* value outside its allowed range */
-	MFS_ENAN,                 /* NaN or infinity where a finite number is required */
-	MFS_EEMPTY,               /* no data where some is required */
-	MFS_ENOTFOUND,            /* id or record not found */
-	MFS_EFULL,                /* a fixed capacity is exhausted */
-	MFS_ELMDB,                /* LMDB failure (details in errstr) */
-	MFS_EGPU,                 /* CUDA failure (details in errstr / log) */
-	MFS_ENODEV,               /* requested engine or device not available */
-	MFS_EKAFKA,               /* Kafka client failure */
-	MFS_EDECODE,              /* event could not be decoded */
-	MFS_ESTATE,               /* call not valid in the handle's current state */
-	MFS_EFATAL,               /* handle marked unusable after an earlier fatal error */
-	MFS_E_LAST_PLUS_ONE
-};
-#define MFS_E_LAST (MFS_E_LAST_PLUS_ONE - 1)
+#define MFS_EINVAL (-31000)    /* invalid argument */
+#define MFS_ECONFIG (-30999)   /* unknown configuration key or bad value */
+#define MFS_EPARSE (-30998)    /* malformed input record */
+#define MFS_EFORMAT (-30997)   /* unknown or unsupported file/data format */
+#define MFS_EVERSION (-30996)  /* snapshot or file format version not supported */
+#define MFS_ECOMPRESS (-30995) /* corrupt compressed stream */
+#define MFS_EIDLEN (-30994)    /* id longer than 256 bytes or empty */
+#define MFS_ENAN (-30993)      /* NaN or infinity where a finite number is required */
+#define MFS_EEMPTY (-30992)    /* no data where some is required */
+#define MFS_ENOTFOUND (-30991) /* id or record not found */
+#define MFS_EFULL (-30990)     /* a fixed capacity is exhausted */
+#define MFS_ELMDB (-30989)     /* LMDB failure (details in errstr) */
+#define MFS_EGPU (-30988)      /* CUDA failure (details in errstr / log) */
+#define MFS_ENODEV (-30987)    /* requested engine or device not available */
+#define MFS_EKAFKA (-30986)    /* Kafka client failure */
+#define MFS_EDECODE (-30985)   /* event could not be decoded */
+#define MFS_EFATAL (-30984)    /* handle marked unusable after an earlier fatal error */
+#define MFS_E_LAST (-30984)
 
 /** @return a static, never-NULL description of any return code (0, errno, MFS_E*). */
 const char *mfs_strerror(int err);

@@ -29,7 +29,8 @@ enum mfs_log_level { MFS_LOG_DEBUG = 0, MFS_LOG_INFO, MFS_LOG_WARN, MFS_LOG_ERRO
 /* The order matches config key log.format (logfmt|json). */
 enum mfs_log_format { MFS_LOG_LOGFMT = 0, MFS_LOG_JSON };
 
-/* Level, format and output may change while other threads log (log.level is reloadable). */
+/* Level, format and output may change while other threads log (the commands set them once,
+ * from log.level and log.format, before any thread starts). */
 void mfs_log_set_level(int level);
 int mfs_log_get_level(void);
 /** @param[in] format MFS_LOG_LOGFMT or MFS_LOG_JSON (anything else: logfmt). */

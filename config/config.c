@@ -531,7 +531,7 @@ void mfs_conf_gen_doc(FILE *f)
 		mfs_conf_get(&c, p->key, def, sizeof def);
 		doc_range(p, range, sizeof range);
 		fprintf(f, "| `%s` | %s | `%s` | %s | %s | %s |\n", p->key, type_name(p->type), def, range,
-		        (p->flags & MFS_P_IMMUTABLE) ? "restart" : (p->flags & MFS_P_RELOADABLE) ? "live" : "-", p->doc);
+		        (p->flags & MFS_P_IMMUTABLE) ? "restart" : "-", p->doc);
 	}
 	mfs_conf_free(&c);
 }

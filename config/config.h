@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { MFS_P_IMMUTABLE = 1, MFS_P_RELOADABLE = 2, MFS_P_HIDDEN = 4 };
+enum { MFS_P_IMMUTABLE = 1, MFS_P_HIDDEN = 4 };
 
 #define MFS_CONF_KAFKA_MAX 64
 

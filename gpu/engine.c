@@ -78,7 +78,7 @@ static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 	}
 	if (!engine_of(MFS_ENGINE_CUDA))
 		mfs_info("engine",
-		         "msg=\"engine chosen\" engine=cpu reason=\"auto: cuda engine not built yet\" "
+		         "msg=\"engine chosen\" engine=cpu reason=\"auto: cuda engine not in this build\" "
 		         "cuda_device=\"%s\"",
 		         why);
 	else

@@ -1,6 +1,6 @@
 /* engine.h - the compute engine interface (CPU and CUDA implement it).
  *
- * The model (biased MF, DESIGN.md):
+ * The model (biased MF, Koren et al. 2009; docs/ENGINE.md):
  *     r^(u,i) = mu + b_u + b_i + p_u . q_i          e = r - r^
  *     p_u += lr (e q_i - lambda_p p_u)             q_i += lr (e p_u - lambda_q q_i)
  *     b_u += lr (e - lambda_bu b_u)                b_i += lr (e - lambda_bi b_i)

@@ -1,7 +1,8 @@
 /* lr.h - the learning-rate controller (gpu/lr.c): host arithmetic, no kernel.
  *
- * Called once after every full pass with that pass's loss (training RMSE, or the loss over the
- * retained window when streaming); returns the rate for the next pass.
+ * Called once after every full pass with that pass's loss (offline: the training RMSE;
+ * streaming: the holdout's RMSE when there is a holdout, else the retained window's); returns
+ * the rate for the next pass.
  *   fixed : lr stays lr0.
  *   decay : lr_t = lr0 / (1 + beta * t^1.5), t = passes done (the CuMF_SGD / NOMAD schedule).
  *   bold  : bold driver with patience: a pass that lowered the loss multiplies lr by `up`;

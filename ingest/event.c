@@ -52,6 +52,7 @@
 
 #include "common/check.h"
 #include "common/err.h"
+#include "common/grow.h"
 
 #define NOINLINE __attribute__((noinline))
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -585,19 +586,8 @@ static int dec_compact_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 
 static int events_reserve(mfs_events_t *es, size_t need)
 {
-	if (need <= es->cap)
-		return 0;
-	size_t cap = es->cap ? es->cap : 16;
-	while (cap < need)
-		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-	if (cap > SIZE_MAX / sizeof *es->ev)
-		return ENOMEM;
-	mfs_event_t *ev = realloc(es->ev, cap * sizeof *ev);
-	if (!ev)
-		return ENOMEM;
-	es->ev = ev;
-	es->cap = cap;
-	return 0;
+	/* from 16: a message is a few events, and a header's count never decides memory */
+	return mfs_grow_from((void **)&es->ev, &es->cap, need, sizeof *es->ev, 16);
 }
 
 void mfs_events_free(mfs_events_t *es)
@@ -730,18 +720,8 @@ void mfs_buf_free(mfs_buf_t *b)
 static int buf_write(void *data, const char *src, size_t n)
 {
 	mfs_buf_t *b = data;
-	if (b->cap - b->len < n) {
-		if (n > SIZE_MAX / 2 - b->len)
-			return -1;
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap - b->len < n)
-			cap *= 2;
-		char *p = realloc(b->data, cap);
-		if (!p)
-			return -1;
-		b->data = p;
-		b->cap = cap;
-	}
+	if (n > SIZE_MAX / 2 - b->len || mfs_grow((void **)&b->data, &b->cap, b->len + n, 1))
+		return -1;
 	memcpy(b->data + b->len, src, n);
 	b->len += n;
 	return 0;

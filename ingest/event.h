@@ -1,4 +1,4 @@
-/* event.h - the event on the wire (DESIGN.md "Event on the wire"; docs/EVENT_FORMAT.md).
+/* event.h - the event on the wire (docs/EVENT_FORMAT.md).
  *
  * A Kafka message value is MessagePack: one event, or an array of events. An event is a map
  * {"u": id, "i": id, "r": number, "t": int64 ms (optional)} or the compact array [u, i, r, t?].

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "ingest/synth.h"
 
 #define SECONDS_BELOW 100000000000LL /* |ts| < 1e11 in a text file: seconds (year < 5138) */
@@ -48,16 +49,8 @@ struct mfs_evsrc {
 
 static int arena_put(mfs_evsrc_t *s, const char *p, size_t len, uint64_t *off)
 {
-	if (s->es_arena_len + len > s->es_arena_cap) {
-		size_t cap = s->es_arena_cap ? s->es_arena_cap * 2 : 1 << 16;
-		while (cap < s->es_arena_len + len)
-			cap *= 2;
-		char *a = realloc(s->es_arena, cap);
-		if (!a)
-			return ENOMEM;
-		s->es_arena = a;
-		s->es_arena_cap = cap;
-	}
+	if (mfs_grow((void **)&s->es_arena, &s->es_arena_cap, s->es_arena_len + len, 1))
+		return ENOMEM;
 	memcpy(s->es_arena + s->es_arena_len, p, len);
 	*off = s->es_arena_len;
 	s->es_arena_len += len;
@@ -79,14 +72,8 @@ static int file_cb(void *ctx, const mfs_id_t *user, const mfs_id_t *item, float 
 {
 	(void)line;
 	mfs_evsrc_t *s = ctx;
-	if (s->es_n == s->es_rec_cap) {
-		size_t cap = s->es_rec_cap ? s->es_rec_cap * 2 : 1 << 16;
-		fs_rec_t *r = realloc(s->es_rec, cap * sizeof *r);
-		if (!r)
-			return ENOMEM;
-		s->es_rec = r;
-		s->es_rec_cap = cap;
-	}
+	if (mfs_grow((void **)&s->es_rec, &s->es_rec_cap, s->es_n + 1, sizeof *s->es_rec))
+		return ENOMEM;
 	fs_rec_t *r = &s->es_rec[s->es_n];
 	r->ts = ts;
 	r->r = rating;

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "ingest/kafka_util.h"
@@ -316,17 +317,7 @@ void mfs_producer_close(mfs_producer_t *p)
 
 static int reserve(mfs_buf_t *b, size_t n)
 {
-	if (b->cap >= n)
-		return 0;
-	size_t cap = b->cap ? b->cap : 256;
-	while (cap < n)
-		cap *= 2;
-	char *d = realloc(b->data, cap);
-	if (!d)
-		return ENOMEM;
-	b->data = d;
-	b->cap = cap;
-	return 0;
+	return mfs_grow((void **)&b->data, &b->cap, n, 1);
 }
 
 /* Hand partition k's pending batch to librdkafka. */

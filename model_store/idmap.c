@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "model_store/store.h"
 
 #define MIGRATE_STEP 256
@@ -208,16 +209,8 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 		m->keys = nk;
 		m->cap = nc;
 	}
-	if (id->kind == MFS_ID_STR && m->arena_len + id->len > m->arena_cap) {
-		size_t nc = m->arena_cap ? m->arena_cap * 2 : 65536;
-		while (nc < m->arena_len + id->len)
-			nc *= 2;
-		char *na = realloc(m->arena, nc);
-		if (!na)
-			return ENOMEM;
-		m->arena = na;
-		m->arena_cap = nc;
-	}
+	if (id->kind == MFS_ID_STR && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + id->len, 1))
+		return ENOMEM;
 	/* grow at half load: start a new table and drain the old one step by step */
 	if (!m->old.s && (size_t)(m->n + 1) * 2 > m->t.mask + 1) {
 		struct table nt;

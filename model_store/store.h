@@ -11,9 +11,10 @@
  *
  * DESIGN: growth never stops the world. The idmap is an open-addressing table that rehashes
  * incrementally (a bounded number of buckets per insert, Redis dict.c style); factor arrays
- * double in capacity, so a row index stays valid forever but the array pointers change after
- * mfs_model_add_*: engines read m->P / m->Q afresh for every batch. Not thread-safe: one
- * writer (the ingest/train thread) adds rows at batch boundaries. The one exception: the
+ * double in capacity, so a row index stays valid forever but the array pointers change when
+ * rows are added (mfs_model_user_row, mfs_model_item_row, mfs_model_rows, mfs_model_reserve):
+ * engines read m->P / m->Q afresh for every batch. Not thread-safe: one writer (the learner or
+ * train thread) adds rows at batch boundaries. The one exception: the
  * users' and the items' halves (idmap, factors, bias, n_ and cap_) share nothing, so
  * mfs_model_rows may run for users on one thread while it runs for items on another.
  */

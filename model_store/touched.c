@@ -1,6 +1,8 @@
 /* touched.c - see touched.h. */
 #include "model_store/touched.h"
 
+#include "common/grow.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,27 +11,16 @@ int mfs_touched_mark(mfs_touched_t *t, uint32_t row)
 {
 	size_t w = row / 64;
 	if (w >= t->nwords) {
-		size_t nw = t->nwords ? t->nwords : 64;
-		while (nw <= w)
-			nw *= 2;
-		uint64_t *b = realloc(t->bits, nw * sizeof *b);
-		if (!b)
+		size_t old = t->nwords;
+		if (mfs_grow((void **)&t->bits, &t->nwords, w + 1, sizeof *t->bits))
 			return ENOMEM;
-		memset(b + t->nwords, 0, (nw - t->nwords) * sizeof *b);
-		t->bits = b;
-		t->nwords = nw;
+		memset(t->bits + old, 0, (t->nwords - old) * sizeof *t->bits);
 	}
 	uint64_t bit = (uint64_t)1 << (row % 64);
 	if (t->bits[w] & bit)
 		return 0;
-	if (t->n == t->cap) {
-		size_t nc = t->cap ? t->cap * 2 : 1024;
-		uint32_t *r = realloc(t->rows, nc * sizeof *r);
-		if (!r)
-			return ENOMEM;
-		t->rows = r;
-		t->cap = nc;
-	}
+	if (mfs_grow((void **)&t->rows, &t->cap, t->n + 1, sizeof *t->rows))
+		return ENOMEM;
 	t->bits[w] |= bit;
 	t->rows[t->n++] = row;
 	return 0;

@@ -10,10 +10,8 @@
 
 #include "common/err.h"
 #include "common/timeutil.h"
+#include "mfs_version.h"
 
-#ifndef MFS_VERSION
-#define MFS_VERSION "unknown"
-#endif
 
 /* Snapshots take milliseconds (small deltas) to tens of seconds (a full model on a slow disk). */
 static const double snapshot_duration_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,

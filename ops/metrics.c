@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 
 #define MAX_BOUNDS 64
 #define MAX_HOOKS 16
@@ -487,17 +488,9 @@ static void sb_put(sbuf_t *b, const char *s, size_t n)
 {
 	if (b->oom)
 		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t nc = b->cap ? b->cap : 4096;
-		while (nc < b->len + n + 1)
-			nc *= 2;
-		char *np = realloc(b->p, nc);
-		if (!np) {
-			b->oom = 1;
-			return;
-		}
-		b->p = np;
-		b->cap = nc;
+	if (mfs_grow((void **)&b->p, &b->cap, b->len + n + 1, 1)) {
+		b->oom = 1;
+		return;
 	}
 	memcpy(b->p + b->len, s, n);
 	b->len += n;

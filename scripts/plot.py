@@ -13,7 +13,7 @@ stream: a streaming time series with the header
 
 bench: the kind is told by the header ->
     gpu-sgd (label,engine,...,updates_per_s,...,test_rmse): <stem>-updates.png, grouped bars of
-        updates/s per data set and Zipf exponent, one bar per (k, dtype), DESIGN.md's targets as
+        updates/s per data set and Zipf exponent, one bar per (k, dtype), the engine's targets as
         dashed lines; <stem>-rmse.png, test RMSE the same way
     cpu-sgd per epoch (epoch,sgd_s,updates_per_s,...): <stem>-updates.png bars per epoch,
         <stem>-rmse.png train and test RMSE per epoch
@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 STREAM_COLUMNS = ["t_s", "events_applied", "events_per_s", "prequential_rmse", "holdout_rmse",
                   "window_rmse", "lr", "snapshot_age_ms", "ring_fill"]
-# DESIGN.md: updates/s the CUDA engine must hold at k=128, by Zipf exponent of item popularity
+# the targets (docs/BENCHMARKS.md): updates/s the CUDA engine must hold at k=128, by Zipf exponent
 GPU_TARGETS = {0.0: 3e9, 0.8: 2e9, 1.2: 1e9}
 DPI = 120
 
@@ -264,7 +264,7 @@ def plot_gpu(rows, stem, outdir, written):
         tgt = GPU_TARGETS.get(round(g[1], 2))
         if tgt:
             ax.hlines(tgt, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1,
-                      label=None if labelled else "target at k=128 (DESIGN.md)")
+                      label=None if labelled else "target at k=128")
             labelled = True
     ax.set_xticklabels(names, fontsize=8)
     ax.set_ylabel("SGD updates per second")

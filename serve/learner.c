@@ -70,7 +70,7 @@ struct mfs_learner {
 	int rows_ok;
 	uint32_t *tu_, *ti_, *hu_, *hi_;
 	float *tr_, *hr_;
-	size_t wcap;
+	size_t wcap[6];
 	uint32_t grown_users, grown_items;
 	mfs_parts_t offs; /* next: applied so far; committed: last sent through commit */
 	mfs_serve_meta_t meta; /* the counters a snapshot stores (held_out, digest, rejected, ...) */
@@ -176,26 +176,13 @@ static int set_lr(mfs_learner_t *l)
 
 static int work_reserve(mfs_learner_t *l, size_t n)
 {
-	if (n <= l->wcap)
-		return 0;
-	size_t nc = l->wcap ? l->wcap : 1024;
-	while (nc < n)
-		nc *= 2;
-	uint32_t **u32[] = {&l->tu_, &l->ti_, &l->hu_, &l->hi_};
-	for (int j = 0; j < 4; j++) {
-		uint32_t *p = realloc(*u32[j], nc * sizeof *p);
-		if (!p)
+	void **arr[] = {(void **)&l->tu_, (void **)&l->ti_, (void **)&l->hu_, (void **)&l->hi_,
+	                (void **)&l->tr_, (void **)&l->hr_};
+	const size_t elem[] = {sizeof *l->tu_, sizeof *l->ti_, sizeof *l->hu_, sizeof *l->hi_,
+	                       sizeof *l->tr_, sizeof *l->hr_};
+	for (int j = 0; j < 6; j++)
+		if (mfs_grow(arr[j], &l->wcap[j], n, elem[j]))
 			return ENOMEM;
-		*u32[j] = p;
-	}
-	float **f32[] = {&l->tr_, &l->hr_};
-	for (int j = 0; j < 2; j++) {
-		float *p = realloc(*f32[j], nc * sizeof *p);
-		if (!p)
-			return ENOMEM;
-		*f32[j] = p;
-	}
-	l->wcap = nc;
 	return 0;
 }
 
@@ -269,7 +256,8 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	l->messages += b->messages;
 	if ((rc = mfs_grow((void **)&l->pend_ts, &l->cap_pend, l->n_pend + b->n_ts, sizeof *l->pend_ts)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
-	memcpy(l->pend_ts + l->n_pend, b->ts, b->n_ts * sizeof *b->ts);
+	if (b->n_ts)
+		memcpy(l->pend_ts + l->n_pend, b->ts, b->n_ts * sizeof *b->ts);
 	l->n_pend += b->n_ts;
 	uint64_t ticket, done;
 	mfs_engine_progress(l->e, &ticket, &done); /* this batch is applied once done >= ticket */

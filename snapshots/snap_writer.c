@@ -24,7 +24,7 @@
  * txn retried; readers adopt the larger map on their next MDB_MAP_RESIZED. MDB_PANIC marks
  * the writer unusable (MFS_EFATAL afterwards): the process must restart.
  *
- * Sync modes (snapshot.sync, docs/SNAPSHOT_FORMAT.md): full flushes every commit; meta is
+ * Sync modes (snapshot.sync, docs/OPERATIONS.md): full flushes every commit; meta is
  * MDB_NOMETASYNC; none is MDB_WRITEMAP|MDB_NOSYNC. Exactly-once does not need durability of
  * the newest commit: the offsets travel with the rows, so an undone snapshot only means
  * re-reading more of the topic. What none gives up is integrity after an OS crash (the meta
@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "snapshots/snap_format.h"
@@ -348,16 +349,8 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		if (id.kind == MFS_ID_STR && (id.len == 0 || id.len > MFS_SNAP_STR_MAX))
 			return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, (unsigned)id.len);
 		if (id.kind == MFS_ID_STR && copy) {
-			if (ss->str_n + id.len > ss->str_cap) {
-				size_t nc = ss->str_cap ? ss->str_cap : 4096;
-				while (nc < ss->str_n + id.len)
-					nc *= 2;
-				char *p = realloc(ss->str, nc);
-				if (!p)
-					return mfs_errf(errstr, es, ENOMEM, "out of memory for %s ids", ent);
-				ss->str = p;
-				ss->str_cap = nc;
-			}
+			if (mfs_grow((void **)&ss->str, &ss->str_cap, ss->str_n + id.len, 1))
+				return mfs_errf(errstr, es, ENOMEM, "out of memory for %s ids", ent);
 			memcpy(ss->str + ss->str_n, id.str, id.len);
 			id.str = NULL;
 			id.num = ss->str_n; /* offset until the arena is final */

@@ -1,8 +1,8 @@
 /* cpu_ref.h - the CPU reference ops (sgd_ref.c, loss_ref.c) shared by the CPU engine and the
  * CUDA parity tests. Only gpu/ and tests include it.
  *
- * Every op works on host arrays and takes the same arguments as its CUDA twin will: the
- * factor matrices (row r at P + r*k), the bias vectors, mu and the hyperparameters. The ops
+ * Every op works on host arrays and reads what the CUDA kernels read: the factor matrices
+ * (row r at P + r*k), the bias vectors, mu and the hyperparameters. The ops
  * trust their input: rows are in range and ratings finite (engine.c validates batches before
  * any engine sees them).
  */
@@ -13,27 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clones.h"
 #include "gpu/engine.h"
 
-/* Hot loops get one variant per x86-64 level (AVX-512, AVX2+FMA, baseline), picked at load
- * time, so a portable build still runs wide vectors where the machine has them. Not under
- * ThreadSanitizer: the ifunc resolvers run during relocation, before the TSan runtime is up,
- * and the instrumented resolver crashes the program before main. */
-#if defined(__SANITIZE_THREAD__)
-#define MFS_NO_CLONES 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MFS_NO_CLONES 1
-#endif
-#endif
-#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute) && !defined(MFS_NO_CLONES)
-#if __has_attribute(target_clones)
-#define MFS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef MFS_CLONES
-#define MFS_CLONES
-#endif
+/* Hot loops get one variant per x86-64 level (AVX-512, AVX2+FMA, baseline): common/clones.h. */
+#define MFS_CLONES MFS_TARGET_CLONES("arch=x86-64-v4", "arch=x86-64-v3", "default")
 #define MFS_INLINE static inline __attribute__((always_inline))
 
 /** Lanes of the dot product: the summation order every engine reproduces bit for bit. */

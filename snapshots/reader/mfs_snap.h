@@ -12,7 +12,8 @@
  * The answer is always the exact one (same items, order and float32 scores as scoring every
  * item with the formula of docs/SNAPSHOT_FORMAT.md).
  *
- * Return codes: 0, a positive errno, or a negative code; mfs_snap_strerror() names them all.
+ * Return codes: 0, a positive errno, or one of the negative codes below (the same values as
+ * mfstream's own); mfs_snap_strerror() names them all.
  */
 #ifndef MFS_SNAP_H
 #define MFS_SNAP_H
@@ -29,6 +30,14 @@ extern "C" {
 #else
 #define MFS_SNAP_API
 #endif
+
+/* The negative codes this library returns (identical definitions in mfstream's common/err.h). */
+#define MFS_EINVAL (-31000)    /* invalid argument */
+#define MFS_EFORMAT (-30997)   /* malformed record or unknown format */
+#define MFS_EVERSION (-30996)  /* snapshot format version not supported */
+#define MFS_EIDLEN (-30994)    /* id longer than 256 bytes or empty */
+#define MFS_ENOTFOUND (-30991) /* no such id, or no snapshot yet */
+#define MFS_ELMDB (-30989)     /* LMDB failure (the errstr or mfs_snap_strerror says more) */
 
 typedef struct mfs_snap mfs_snap_t;
 

@@ -25,19 +25,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/clones.h"
 #include "snapshots/reader/mfs_snap_int.h"
 
-/* Not under ThreadSanitizer: the ifunc resolver runs during relocation, before the TSan
- * runtime is up, and its instrumented prologue crashes the process at load. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__has_attribute) && \
-	!defined(__SANITIZE_THREAD__)
-#if __has_attribute(target_clones)
-#define SNAP_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef SNAP_TARGET_CLONES
-#define SNAP_TARGET_CLONES
-#endif
+/* AVX2 and baseline variants, picked at load (common/clones.h: none under ThreadSanitizer). */
+#define SNAP_TARGET_CLONES MFS_TARGET_CLONES("avx2", "default")
 
 /* snap_dot_i8: out[i] = sum_j q8[i][j] * uq[j].
  * Math: int8 x int16 products summed in int32 (exact: see DESIGN for the bound).

@@ -9,6 +9,7 @@
  */
 #include <stdint.h>
 
+#include "common/clones.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -20,16 +21,7 @@
 
 /* ThreadSanitizer makes every float access ~100x slower: the learning tests shrink there (they
  * still exercise the pool, the scheduler and the racy batch path). */
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
+#define UNDER_TSAN MFS_UNDER_TSAN
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 

@@ -1,7 +1,25 @@
-/* test_err.c - every error code has its own string; errno passes through. */
-#include "common/err.h"
+/* test_err.c - every error code has its own string; errno passes through; the installed
+ * reader header defines every code it documents, with mfstream's values. */
 #include "snapshots/reader/mfs_snap.h"
+
+/* the reader header alone, as a serving process sees it */
+static const int snap_codes[] = {MFS_EINVAL, MFS_EFORMAT, MFS_EVERSION, MFS_EIDLEN, MFS_ENOTFOUND, MFS_ELMDB};
+#undef MFS_EINVAL
+#undef MFS_EFORMAT
+#undef MFS_EVERSION
+#undef MFS_EIDLEN
+#undef MFS_ENOTFOUND
+#undef MFS_ELMDB
+
+#include "common/err.h"
 #include "testhelp.h"
+
+static void test_reader_header_codes(void)
+{
+	const int ours[] = {MFS_EINVAL, MFS_EFORMAT, MFS_EVERSION, MFS_EIDLEN, MFS_ENOTFOUND, MFS_ELMDB};
+	for (size_t j = 0; j < sizeof ours / sizeof ours[0]; j++)
+		TEST_EQ_INT(snap_codes[j], ours[j]);
+}
 
 static void test_every_code_has_a_string(void)
 {
@@ -30,6 +48,7 @@ static void test_errf(void)
 int main(void)
 {
 	TEST_RUN(test_every_code_has_a_string);
+	TEST_RUN(test_reader_header_codes);
 	TEST_RUN(test_errf);
 	return TEST_REPORT();
 }
