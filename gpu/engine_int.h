@@ -26,7 +26,7 @@ struct mfs_engine_i {
 	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
 	int (*sgd_epoch_stream)(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch); /* (optional) */
 	/* (optional, with capture_wait; rows already checked; absent: sync, then a copy of the host
-	 * rows before returning). mfs_engine_sync_rows is a capture waited for and scattered. */
+	 * rows before returning) */
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
 	               float *di);
 	int (*capture_wait)(mfs_engine_t *e);
