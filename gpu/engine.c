@@ -239,13 +239,6 @@ int mfs_engine_drain(mfs_engine_t *e)
 	return e->iface->drain ? e->iface->drain(e) : 0;
 }
 
-int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch)
-{
-	if (!e || !s || !batch)
-		return MFS_EINVAL;
-	return e->iface->sgd_epoch_stream ? e->iface->sgd_epoch_stream(e, s, epoch, batch) : mfs_engine_sgd_epoch(e, s, epoch);
-}
-
 int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
 {
 	if (!e || !used || !total)

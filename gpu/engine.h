@@ -110,12 +110,6 @@ int mfs_engine_drain(mfs_engine_t *e);
  *  ring counts slots (a poll of mapped memory); other engines count calls and apply them
  *  before returning, so applied == ticket. */
 void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-/** Benchmarks: one epoch of resident ratings through the streaming path, in pieces of `batch`
- *  ratings, applied when it returns. CUDA with engine.persistent: the pieces go through the
- *  persistent kernel's ring as descriptors of the device-resident set (no host copies), which
- *  measures the kernel fed from the ring against mfs_engine_sgd_epoch on the same data. Other
- *  engines: mfs_engine_sgd_epoch. */
-int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch);
 /** Bring the host model up to date (device engines copy factors back). */
 int mfs_engine_sync(mfs_engine_t *e);
 /** Snapshots off the learner's path. Capture the values of the given rows as they are now

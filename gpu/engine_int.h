@@ -24,7 +24,6 @@ struct mfs_engine_i {
 	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
 	/* (optional; absent: both are the count of sgd calls) */
 	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-	int (*sgd_epoch_stream)(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch); /* (optional) */
 	/* (optional, with capture_wait; rows already checked; absent: sync, then a copy of the host
 	 * rows before returning) */
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,

@@ -55,7 +55,7 @@ struct pk_hdr {
 	uint32_t nchunks, n;      /* chunks, ratings */
 	float mu;                 /* global mean when the batch was published */
 	uint32_t salt;            /* sampling coins */
-	/* the ratings: the slot's own buffers, or (mfs_engine_sgd_epoch_stream) a device-resident set */
+	/* the ratings: the slot's own buffers, or (bench/ring_feed.cu) device-resident ratings */
 	const uint32_t *u, *i;
 	const float *r;
 	const float *mr_u, *mr_i; /* per-rating row modes, or NULL */

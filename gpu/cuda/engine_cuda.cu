@@ -25,7 +25,6 @@
 #include <string.h>
 
 #include "gpu/cuda/cuda_int.h"
-#include "gpu/cuda/step.cuh" /* mfs_coin_salt */
 
 /* grow one device table to `need` rows (copy under the synchronous stream) */
 static int dev_grow(struct cuda_impl *c, void **F, float **b, uint32_t *cap, uint32_t need, int k)
@@ -255,40 +254,8 @@ static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 	}
 }
 
-/* A loaded set through the ring: each piece's descriptor points into the device-resident set
- * and carries the set's per-row modes, so the kernel does what sgd_launch's would. */
-static int cuda_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *set, uint64_t epoch, size_t batch)
-{
-	struct cuda_impl *c = impl_of(e);
-	const struct dev_set *d = (const struct dev_set *)set;
-	int rc;
-	if (!c->pk.on)
-		return sgd_launch(e, d, mfs_coin_salt(epoch));
-	for (size_t off = 0; off < d->n; off += batch) {
-		const size_t n = d->n - off < batch ? d->n - off : batch;
-		uint32_t s;
-		if ((rc = pk_slot(e, &s)))
-			return rc;
-		struct pk_hdr *hd = &c->pk.h_hdr[s];
-		hd->u = d->u + off;
-		hd->i = d->i + off;
-		hd->r = d->r + off;
-		hd->mr_u = hd->mr_i = NULL;
-		hd->md_u = d->su;
-		hd->md_i = d->si;
-		hd->du = d->du;
-		hd->di = d->di;
-		if ((rc = pk_publish(e, s, n)))
-			return rc;
-	}
-	if ((rc = pk_quiesce(c)))
-		return rc;
-	e->model->events_applied += d->n;
-	return 0;
-}
-
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_resident_load, cuda_resident_free, cuda_sgd_epoch,     cuda_loss_resident, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_sgd_epoch_stream, cuda_capture,  cuda_capture_wait,
+	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait,
 };
