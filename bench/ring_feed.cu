@@ -11,6 +11,10 @@
 #include "gpu/cuda/cuda_int.h"
 #include "gpu/cuda/step.cuh" /* mfs_coin_salt */
 
+#ifndef MFS_HAVE_CUDA /* engine_int.h declares mfs_engine_cuda_i only then (bench/CMakeLists.txt) */
+#error "bench/ring_feed.cu is built only with the CUDA engine (MFS_HAVE_CUDA)"
+#endif
+
 /* Applied when it returns (the ring is quiesced); without the ring (engine.persistent=0 or
  * deterministic) one launch over the set. Other engines are the caller's (bench_gpu_sgd.c:
  * mfs_engine_sgd_epoch). */

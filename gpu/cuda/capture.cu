@@ -14,8 +14,10 @@
 
 #include "gpu/cuda/cuda_int.h"
 
-/* gather_rows_kernel: out row j = F row rows[j] (k elements), bout[j] = b[rows[j]]; one warp
- * per row, lanes stride the row. Reads through L2: a persistent kernel may have written it. */
+/* gather_rows_kernel: out row j = F row rows[j] (k elements), bout[j] = b[rows[j]].
+ * Launch (gather_launch): min(ceil(n / 8), 4096) blocks of 8 warps on the engine's stream,
+ * grid-stride, one warp per row, lanes stride the row. Reads through L2: a persistent kernel
+ * may have written it. Bytes per row: 4 (index) + k sizeof(T) read and written + 8 (bias). */
 template <typename T>
 __global__ void gather_rows_kernel(const T *F, const float *b, const uint32_t *__restrict__ rows, size_t n, int k,
                                    T *out, float *bout)
@@ -60,8 +62,8 @@ int cuda_sync(mfs_engine_t *e)
 	mfs_model_t *m = e->model;
 	int rc;
 	/* every submitted batch applied; the kernel idles meanwhile, or, where nothing runs beside
-	 * it, stops: under compute-sanitizer (H200, memcheck) this copy, made beside the running
-	 * kernel after a capture had used the engine's stream, never returned */
+	 * it, stops: under compute-sanitizer this copy, made beside the running kernel after a
+	 * capture had used the engine's stream, never returned (docs/ENGINE.md, Residency) */
 	if ((rc = c->pk.beside ? pk_quiesce(c) : pk_stop(c)))
 		return rc;
 	if (c->pk.on) /* and rows uploaded after the last batch have landed */

@@ -105,7 +105,7 @@ struct cuda_impl {
 	uint32_t cnt_cap_u, cnt_cap_i;
 	float *h_ru, *h_ri;      /* host per-rating scales */
 	size_t h_r_cap;
-	double plain_c; /* MFS_CUDA_PLAIN_C: rows with expected concurrency <= this take plain stores */
+	double plain_c; /* engine.cuda.plain_c: rows with expected concurrency <= this take plain stores */
 	int hog_bps;    /* resident blocks per SM of the Hogwild kernel (occupancy) */
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */

@@ -64,19 +64,16 @@ static int shuffled_copy(const mfs_batch_t *b, uint64_t seed, uint32_t *hu, uint
  * the row's updates.
  *  - c_r <= plain_c (PLAIN_C = 0.1): plain stores. Two holders at once are rare (uniform
  *    1M x 1M, 100M ratings: c ~ 0.013 for every row) and a lost update now and then is the
- *    Hogwild! bargain; a RED costs L2 atomic throughput a plain store does not. The threshold
- *    was 1 first: on H100, 20000 x 20000 x 4M ratings (c ~ 0.4-0.6 everywhere) plain stores
- *    ended at test RMSE 0.773 (fp32) / 0.799 (fp16) against the reference's 0.586 (atomic
- *    deltas: 0.5865 / 0.5880); on 1M x 1M Zipf 0.8, fp16, 1 against 0.1 gave 0.5628 vs 0.5618
- *    (CPU 0.5610) and ran 1 % slower. Lost updates act like a lower rate on the row.
- *  - plain_c < c_r <= HOT_C: atomic deltas, so concurrent holders all land theirs (plain stores
- *    for every row lost too many: 4000 x 2000 planted problem, c ~ 2-4 everywhere, RMSE 0.7620
- *    vs the reference's 0.7185).
+ *    Hogwild! bargain; a RED costs L2 atomic throughput a plain store does not. Lost updates
+ *    act like a lower learning rate on the row, which is why the bound is well below one
+ *    holder: at c ~ 0.5 plain stores already cost accuracy.
+ *  - plain_c < c_r <= HOT_C: atomic deltas, so concurrent holders all land theirs.
  *  - c_r > HOT_C (hot): the c_r deltas computed from one stale row sum to a step c_r times the
- *    intended one (diverged at Zipf 1.2, c ~ 1500 on the top item), so the row takes each delta
- *    whole with probability HOT_C / c_r: an averaged step, c_r / HOT_C times fewer atomics on
- *    the rows that bound throughput under skew. Scaling every row with c > 1 instead over-damped
- *    the 4000 x 2000 problem (0.8176).
+ *    intended one, which diverges under heavy skew, so the row takes each delta whole with
+ *    probability HOT_C / c_r: an averaged step, c_r / HOT_C times fewer atomics on the rows
+ *    that bound throughput under skew. Only hot rows are sampled: scaling every shared row
+ *    damps the moderately shared ones too much.
+ * The measurements behind each bound: docs/BENCHMARKS.md, "Engine history".
  * A side whose rated rows all share one mode gets no array (*dev = NULL, *def = the mode):
  * uniform sets pay no extra load. Rows with no ratings in the set never matter. */
 static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, double inflight, double plain_c,

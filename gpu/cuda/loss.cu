@@ -20,10 +20,17 @@
 
 #define LOSS_CHUNK 4096 /* ratings per loss block: fixed, so the reduction order is fixed */
 
-/* loss_kernel: block b scores ratings [b*CHUNK, (b+1)*CHUNK); each warp accumulates squared
- * and absolute errors of clipped predictions in double, then the block adds its warps in
- * warp order: part[2b] = sse, part[2b+1] = sae. The host adds blocks in order. Fixed chunking
- * makes the result bit-reproducible for a given set. Rows MFS_ROW_NONE contribute nothing. */
+/* loss_kernel: for each rating (u, i, r)
+ *   pred = clip(mu + bu[u] + bi[i] + p.q, clip_min, clip_max)   (the reference's predict:
+ *   the same float additions in the same order, the dot product in mfs_dot_lanes' order;
+ *   an MFS_ROW_NONE side contributes nothing)
+ *   e = r - pred (double);  sse += e^2,  sae += |e|
+ * Launch (loss_launch): block b of 8 warps scores ratings [b*CHUNK, (b+1)*CHUNK), one warp per
+ * rating (warp w takes ratings w, w + 8, ...); the block adds its warps in warp order:
+ * part[2b] = sse, part[2b+1] = sae. The host adds blocks in order. Fixed chunking makes the
+ * result bit-reproducible for a given set (not bit-equal to the CPU's sums, which add in
+ * index order). Bytes per rating: 12 (rating) + p and q read (2 k sizeof(T)) + 8 (biases):
+ * 8k + 20 in fp32, 4k + 20 in fp16; 16 per block written. */
 template <typename T, int V>
 __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
                             const float *__restrict__ rs, size_t n, const T *__restrict__ P,
@@ -51,10 +58,7 @@ __global__ void loss_kernel(const uint32_t *__restrict__ us, const uint32_t *__r
 			for (int j = 0; j < V; j++)
 				dot = fmaf(stor<T>::ld(P + (size_t)u * k + lane + 32 * j),
 				           stor<T>::ld(Q + (size_t)i * k + lane + 32 * j), dot);
-#pragma unroll
-			for (int o = 16; o; o >>= 1)
-				dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
-			pred = __fadd_rn(pred, dot);
+			pred = __fadd_rn(pred, dot_fold32(dot));
 		}
 		/* compares, not fminf/fmaxf: a NaN prediction must stay NaN and show in the loss */
 		if (pred < lo)

@@ -58,18 +58,24 @@ struct pk_dev {
 };
 
 /* The register cap of the persistent kernel: the resident blocks per SM the batch kernel gets
- * for the same row shape (its occupancy on sm_90 at this compiler: 40-48 registers for one
- * 16-byte vector per lane, 56-64 for two or three, 72-80 for four or five, ~104 for seven).
- * Uncapped, the slot bookkeeping took the kernel to 80-88 registers: 3 blocks per SM for fp16
- * k=128 where the batch kernel runs 6, 2 for fp32 k=128 (1 once a loss kernel's room is left),
- * and the ring fell 11-15 % behind one launch (docs/BENCHMARKS.md). 24-40 bytes spill at some
- * k; measured only at fp16 k=128 (H100), where the cap of 6 (24 B spilled) beat the
- * spill-free variants beside it (cap 4, or no cap). Other shapes follow the same rule unmeasured. */
+ * for the same row shape (V 16-byte vectors per lane). Uncapped, the slot bookkeeping costs
+ * the kernel registers, hence blocks per SM, and the ring falls behind one launch over the
+ * same ratings; at the cap a few bytes spill at some k, which cost less than the occupancy
+ * they buy (measured at fp16 k=128; other shapes follow the same rule). Registers, spills and
+ * the variants measured: docs/BENCHMARKS.md, "Engine history" and the ring's section. */
 template <typename T, int K> struct pk_cap {
 	static constexpr int V = hog_shape<T, K>::V;
 	static constexpr int value = V == 1 ? (sizeof(T) == 2 ? 6 : 5) : V <= 3 ? 4 : V <= 5 ? 3 : 2;
 };
 
+/* sgd_persistent_kernel: the Hogwild! update of sgd_hogwild_kernel (hog_step, the same math,
+ * row modes and coins) applied to the ratings the host publishes into the ring, chunk by chunk.
+ * Launch (pk_launch): once, on its own stream, pk.grid blocks of 8 warps (SMs x (occupancy less
+ * the loss kernel's room), or SMs x occupancy with the whole GPU) at most pk_cap blocks per SM;
+ * it returns when told to stop. A group of L lanes takes one rating, as in the batch kernel.
+ * Bytes per update: those of the batch kernel (16k + 28 in fp32, 8k + 28 in fp16), plus 8
+ * (per-rating modes) where a batch has hot rows, plus the slot header (88 B) and the ticket,
+ * sequence and done counters once per chunk of PK_CHUNK ratings. */
 template <typename T, int K>
 __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 	sgd_persistent_kernel(pk_dev a, T *P, T *Q, float *bu, float *bi, const mfs_hparams_t *hp,
@@ -105,8 +111,8 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 			const unsigned long long v = *vs;
 			if (v == q + 1) {
 				__threadfence();
-				/* every lane has read the header this warp held before (racecheck: a lane
-				 * running ahead would overwrite it under a slower one) */
+				/* every lane has read the header this warp held before (else a lane running
+				 * ahead overwrites it under a slower one: a write-after-read race) */
 				__syncwarp();
 				if (lane < (int)(sizeof(pk_hdr) / 4))
 					((volatile uint32_t *)my)[lane] = __ldcg((const unsigned int *)(a.hdr + s) + lane);
@@ -410,15 +416,16 @@ int pk_open(mfs_engine_t *e)
 		reserve = 1;
 	const int pb = e->conf.cuda_pk_blocks_per_sm; /* experiments */
 	int use = pb > 0 ? pb : e->conf.frequent_loss ? bps - reserve : bps;
-	/* the persistent kernel uses no shared memory, so the loss kernel's small static block
-	 * reduction always fits; registers (and threads, far from the limit) decide */
+	/* shared memory is far from a limit for both kernels (the persistent kernel's slot headers,
+	 * one per warp; the loss kernel's block reduction); registers (and threads, far from
+	 * the limit) decide */
 	h->beside = use + reserve <= bps;
 	if (e->conf.cuda_pk_stop_for_loss) /* experiments: stop the kernel for every loss */
 		h->beside = 0;
 	/* under compute-sanitizer a query of the stream of a loss kernel queued beside the running
-	 * persistent kernel did not return while that kernel ran (memcheck on the H100; beside_sync
-	 * cannot time out a call that never returns), so the tool would hang serve: stop the
-	 * kernel for loss and gather calls instead */
+	 * persistent kernel never returned while that kernel ran (beside_wait cannot time out a
+	 * call that never returns), so the tool would hang serve: stop the kernel for loss and
+	 * gather calls instead (docs/ENGINE.md, Residency) */
 	if (h->beside && getenv("NV_SANITIZER_INJECTION_PORT_BASE")) {
 		h->beside = 0;
 		mfs_info("cuda", "msg=\"compute-sanitizer attached: loss and gather kernels stop the persistent kernel\"");

@@ -15,10 +15,14 @@
 #include "gpu/cuda/cuda_int.h"
 #include "gpu/cuda/step.cuh"
 
-/* sgd_kernel: for each rating (u, i, r), one warp computes
+/* sgd_kernel: the deterministic kernel. For each rating (u, i, r), one warp computes
  *   e = r - (mu + bu[u] + bi[i] + p.q);  p += lr(e q - lp p);  q += lr(e p - lq q)
  *   bu += lr(e - lbu bu);  bi += lr(e - lbi bi)
- * Launch: grid-stride over ratings, 32 lanes per rating, lane l owns elements l + 32 j.
+ * in the forms and the rounding of the reference (gpu/cpu/sgd_ref.c: fmaf where it has fmaf,
+ * __fmul_rn/__fadd_rn/__fsub_rn elsewhere, so nvcc contracts nothing; the dot product in
+ * mfs_dot_lanes' order, dot_fold32).
+ * Launch (sgd_launch): deterministic mode runs one block of one warp, so the ratings apply in
+ * order; the kernel itself is grid-stride, 32 lanes per rating, lane l owns elements l + 32 j.
  * Bytes per update: 12 (rating) + p, q read and written (4 k sizeof(T)) + 16 (biases):
  * 16k + 28 in fp32, 8k + 28 in fp16. */
 template <typename T, int V>
@@ -53,9 +57,7 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
 			qv[j] = stor<T>::ld(q + lane + 32 * j);
 			dot = fmaf(pv[j], qv[j], dot);
 		}
-#pragma unroll
-		for (int o = 16; o; o >>= 1)
-			dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
+		dot = dot_fold32(dot);
 		const float b_u = bu[u], b_i = bi[i];
 		const float e = __fsub_rn(r, __fadd_rn(__fadd_rn(__fadd_rn(mu, b_u), b_i), dot));
 		if (!isfinite(e)) { /* never let NaN/inf reach the factors */
@@ -90,7 +92,7 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
  * fp16 k=128, 16 lanes x 16 B = the 256-byte row). The dot's order (lane partial sums, then a
  * butterfly over the group) differs from the reference's: Hogwild is judged statistically.
  * The next rating's (u, i, r) is loaded before the current one is worked, so the index loads
- * leave the dependency chain. Row modes (above) come from md_u/md_i (per row, sets), mr_u/mr_i
+ * leave the dependency chain. Row modes (cuda_int.h) come from md_u/md_i (per row, sets), mr_u/mr_i
  * (per rating, batches) or mode_u/mode_i (the whole side). Bytes per update: 16k + 28 in fp32,
  * 8k + 28 in fp16. */
 
@@ -172,7 +174,7 @@ int hog_setup(struct cuda_impl *c, int k)
 }
 
 /* Blocks of the Hogwild launch for n ratings: SMs x occupancy (one wave), fewer for small
- * sets, or capped at rows / MFS_CUDA_ROWS_PER_WARP warps (experiments and tests). */
+ * sets, or capped at rows / engine.cuda.rows_per_warp warps (experiments and tests). */
 static size_t hog_blocks(mfs_engine_t *e, size_t n)
 {
 	const struct cuda_impl *c = impl_of(e);
@@ -232,11 +234,9 @@ int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt)
 		blocks = 1; /* one warp walks the ratings in order: the reference's exact sequence */
 		threads = 32;
 	} else {
-		/* Full grid (SMs x occupancy blocks of 8 warps). The first (all plain-store) kernel lost
-		 * updates when two warps held one row and had to be capped at rows / rows_per_warp
-		 * warps (H200, 4000 x 2000 planted problem: 16 rows/warp -> RMSE 0.7620, 256 -> 0.7190,
-		 * reference 0.7185); now only rows that few warps hold take plain stores (row_modes), so
-		 * no cap is needed unless MFS_CUDA_ROWS_PER_WARP asks for one. */
+		/* Full grid (SMs x occupancy blocks of 8 warps): only rows that few warps hold take
+		 * plain stores (row_modes), so the grid needs no cap against lost updates;
+		 * engine.cuda.rows_per_warp caps it for experiments and tests. */
 		threads = 32 * WARPS_PER_BLOCK;
 		blocks = (int)hog_blocks(e, s->n);
 	}
@@ -346,8 +346,8 @@ int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *r
 /* Streaming batches get the same hot-row treatment as sets (see row_modes), per rating:
  * count each row's ratings in the batch (counters are reset by walking the batch again, so
  * the cost is O(batch), not O(rows)), and when some row is held by more than HOT_C warps,
- * upload one scale per rating. Measured on an H200 before this: `serve --engine cuda` on a
- * Zipf 0.8 stream (10 000 items) drove a user row to inf after 949 000 events. */
+ * upload one scale per rating. Without it the hot rows of a skewed stream take summed deltas
+ * and diverge (docs/BENCHMARKS.md, "Engine history"). */
 static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 {
 	struct cuda_impl *c = impl_of(e);

@@ -24,6 +24,19 @@ template <> struct stor<__half> {
 	static __device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
 };
 
+/* The end of the reference's dot product on a warp (mfs_dot_lanes, gpu/cpu/cpu_ref.h): lane l
+ * holds the fmaf partial sum of elements l, l + 32, ...; the butterfly 16, 8, 4, 2, 1 adds
+ * them with __fadd_rn (nothing to contract). Lane l then holds acc[l] + acc[l ^ o] where the
+ * CPU's fold adds acc[l] + acc[l + o]: IEEE addition is commutative, so every lane ends with
+ * the CPU's bits. The deterministic SGD and loss kernels end their dot products here. */
+__device__ __forceinline__ float dot_fold32(float dot)
+{
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
+	return dot;
+}
+
 /* A uniform number in [0, 1) from a rating's index: the coin of sampled hot-row updates. */
 __device__ __forceinline__ float coin01(size_t x, uint32_t salt)
 {
