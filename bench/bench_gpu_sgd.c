@@ -28,7 +28,7 @@
  * threshold of the CUDA engine, read at open; C = 0: atomic deltas everywhere) for that engine, NAME alone leaves the
  * default; NAME labels the row. A NAME starting with "ring" (ring, ring/B) runs each epoch
  * through the persistent kernel's device ring in pieces of B ratings (default 262144,
- * mfs_engine_sgd_epoch_stream): the kernel fed from the ring against one launch over the set,
+ * bench_cuda_ring_epoch in bench/ring_feed.cu): the kernel fed from the ring against one launch over the set,
  * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
  * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
  */
@@ -39,12 +39,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/rng.h"
 #include "common/timeutil.h"
 #include "gpu/engine.h"
 #include "model_store/store.h"
 #ifdef MFS_HAVE_CUDA
-#include "gpu/cuda/cuda_probe.h"
+#include "bench/bench_cuda.h"
 #endif
 
 struct opts {
@@ -141,6 +142,17 @@ static void alias_build(long n, double s, uint32_t *ai, float *ap)
 	free(large);
 }
 
+/* One epoch of resident ratings through the CUDA engine's ring in pieces of `batch` ratings
+ * (bench/ring_feed.cu); another engine, or a build without CUDA: the set epoch. */
+static int epoch_ring(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch)
+{
+#ifdef MFS_HAVE_CUDA
+	if (!strcmp(mfs_engine_name(e), "cuda"))
+		return bench_cuda_ring_epoch(e, s, epoch, batch);
+#endif
+	return batch ? mfs_engine_sgd_epoch(e, s, epoch) : MFS_EINVAL;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -180,7 +192,7 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	long ep_hit = 0, ep = 0;
 	while (ep < o->max_epochs && (ep < o->epochs || (!isnan(o->target) && !ep_hit))) {
 		double a = mfs_now_s();
-		if (ring ? mfs_engine_sgd_epoch_stream(e, st, (uint64_t)ep + 1, ring_batch)
+		if (ring ? epoch_ring(e, st, (uint64_t)ep + 1, ring_batch)
 		         : mfs_engine_sgd_epoch(e, st, (uint64_t)ep + 1))
 			return 1;
 		double dt = mfs_now_s() - a;
@@ -269,7 +281,7 @@ int main(int argc, char **argv)
 	}
 	double copy_gbps = NAN;
 #ifdef MFS_HAVE_CUDA
-	if (is_cuda && o.copy_gb > 0 && mfs_cuda_copy_gbps(0, (size_t)(o.copy_gb * 1e9), 10, &copy_gbps))
+	if (is_cuda && o.copy_gb > 0 && bench_cuda_copy_gbps(0, (size_t)(o.copy_gb * 1e9), 10, &copy_gbps))
 		return 1;
 #endif
 	/* planted model */

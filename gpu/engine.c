@@ -174,7 +174,7 @@ int mfs_engine_sync(mfs_engine_t *e)
 	return e->iface->sync ? e->iface->sync(e) : 0;
 }
 
-/* Rows named for sync_rows or capture: a list wherever there are rows, each in the model. */
+/* Rows named for a capture: a list wherever there are rows, each in the model. */
 static int rows_ok(const mfs_engine_t *e, const uint32_t *ur, size_t nu, const uint32_t *ir, size_t ni)
 {
 	if ((nu && !ur) || (ni && !ir))
@@ -186,50 +186,6 @@ static int rows_ok(const mfs_engine_t *e, const uint32_t *ur, size_t nu, const u
 		if (ir[j] >= e->model->n_items)
 			return 0;
 	return 1;
-}
-
-void mfs_engine_copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst)
-{
-	for (size_t j = 0; j < n; j++) {
-		float *d = dst + j * (1 + (size_t)k);
-		d[0] = b[rows[j]];
-		memcpy(d + 1, F + (size_t)rows[j] * (size_t)k, (size_t)k * sizeof *F);
-	}
-}
-
-/* mfs_engine_copy_rows the other way: src's rows into the tables */
-static void scatter_rows(float *b, float *F, int k, const uint32_t *rows, size_t n, const float *src)
-{
-	for (size_t j = 0; j < n; j++) {
-		const float *s = src + j * (1 + (size_t)k);
-		b[rows[j]] = s[0];
-		memcpy(F + (size_t)rows[j] * (size_t)k, s + 1, (size_t)k * sizeof *F);
-	}
-}
-
-int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
-                         size_t n_items)
-{
-	if (!e || !rows_ok(e, user_rows, n_users, item_rows, n_items))
-		return MFS_EINVAL;
-	if (!e->iface->capture)
-		return mfs_engine_sync(e);
-	if (n_users + n_items == 0)
-		return mfs_engine_drain(e);
-	/* a device engine: a capture of just these rows, waited for here, into the host's tables */
-	mfs_model_t *m = e->model;
-	const size_t w = 1 + (size_t)m->k;
-	float *du = malloc((n_users + n_items) * w * sizeof *du);
-	if (!du)
-		return ENOMEM;
-	float *di = du + n_users * w;
-	int rc = mfs_engine_capture(e, user_rows, n_users, du, item_rows, n_items, di);
-	if (!rc && !(rc = mfs_engine_capture_wait(e))) {
-		scatter_rows(m->bu, m->P, m->k, user_rows, n_users, du);
-		scatter_rows(m->bi, m->Q, m->k, item_rows, n_items, di);
-	}
-	free(du);
-	return rc;
 }
 
 int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
@@ -272,13 +228,6 @@ int mfs_engine_drain(mfs_engine_t *e)
 	if (!e)
 		return MFS_EINVAL;
 	return e->iface->drain ? e->iface->drain(e) : 0;
-}
-
-int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch)
-{
-	if (!e || !s || !batch)
-		return MFS_EINVAL;
-	return e->iface->sgd_epoch_stream ? e->iface->sgd_epoch_stream(e, s, epoch, batch) : mfs_engine_sgd_epoch(e, s, epoch);
 }
 
 int mfs_engine_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)

@@ -110,20 +110,8 @@ int mfs_engine_drain(mfs_engine_t *e);
  *  ring counts slots (a poll of mapped memory); other engines count calls and apply them
  *  before returning, so applied == ticket. */
 void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-/** Benchmarks: one epoch of resident ratings through the streaming path, in pieces of `batch`
- *  ratings, applied when it returns. CUDA with engine.persistent: the pieces go through the
- *  persistent kernel's ring as descriptors of the device-resident set (no host copies), which
- *  measures the kernel fed from the ring against mfs_engine_sgd_epoch on the same data. Other
- *  engines: mfs_engine_sgd_epoch. */
-int mfs_engine_sgd_epoch_stream(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch);
 /** Bring the host model up to date (device engines copy factors back). */
 int mfs_engine_sync(mfs_engine_t *e);
-/** Bring only the given rows of the host model up to date (snapshots: the rows touched since
- *  the last one). Rows must be < the model's rows; repeats are allowed. Device engines gather
- *  the rows on the device and copy just those back; cost scales with the rows, not the tables.
- *  @return 0, MFS_EINVAL (row out of range), ENOMEM, MFS_EGPU. */
-int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, const uint32_t *item_rows,
-                         size_t n_items);
 /** Snapshots off the learner's path. Capture the values of the given rows as they are now
  *  (every batch given to mfs_engine_sgd applied, none given later) into dst_users / dst_items:
  *  per row, in the order given, the bias then the k factors (n x (1 + k) floats, fp32).
@@ -132,8 +120,9 @@ int mfs_engine_sync_rows(mfs_engine_t *e, const uint32_t *user_rows, size_t n_us
  *  device (beside its persistent kernel), starts the copy to the host and returns: the copy
  *  and the fp16 conversion are left to the caller of capture_wait (the snapshot writer thread).
  *  Host engines bring the rows up to date and copy them before returning. The host model's
- *  rows are not updated (mfs_engine_sync_rows does that). One capture at a time: a capture
- *  or close while one is outstanding waits for it first. Rows as mfs_engine_sync_rows.
+ *  rows are not updated (mfs_engine_sync does that). One capture at a time: a capture or
+ *  close while one is outstanding waits for it first. Rows must be < the model's rows;
+ *  repeats are allowed.
  *  @return 0, MFS_EINVAL (row out of range, NULL dst with rows), ENOMEM, MFS_EGPU. */
 int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
                        const uint32_t *item_rows, size_t n_items, float *dst_items);

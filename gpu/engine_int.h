@@ -2,6 +2,8 @@
 #ifndef MFS_ENGINE_INT_H
 #define MFS_ENGINE_INT_H
 
+#include <string.h>
+
 #include "gpu/engine.h"
 
 struct mfs_engine_i {
@@ -24,9 +26,8 @@ struct mfs_engine_i {
 	int (*drain)(mfs_engine_t *e);                                    /* (optional) */
 	/* (optional; absent: both are the count of sgd calls) */
 	void (*progress)(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied);
-	int (*sgd_epoch_stream)(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch, size_t batch); /* (optional) */
 	/* (optional, with capture_wait; rows already checked; absent: sync, then a copy of the host
-	 * rows before returning). mfs_engine_sync_rows is a capture waited for and scattered. */
+	 * rows before returning) */
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
 	               float *di);
 	int (*capture_wait)(mfs_engine_t *e);
@@ -41,14 +42,17 @@ struct mfs_engine {
 	void *impl;         /* implementation state */
 };
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* Per row of rows, in order: b[row], then F's k factors of it, into dst (n x (1 + k)). */
-void mfs_engine_copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst);
-#ifdef __cplusplus
+/* Per row of rows, in order: b[row], then F's k factors of it, into dst (n x (1 + k)).
+ * Inline so that an engine library (gpu/cuda/) needs nothing of engine.c, the floor above it. */
+static inline void mfs_engine_copy_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n,
+                                        float *dst)
+{
+	for (size_t j = 0; j < n; j++) {
+		float *d = dst + j * (1 + (size_t)k);
+		d[0] = b[rows[j]];
+		memcpy(d + 1, F + (size_t)rows[j] * (size_t)k, (size_t)k * sizeof *F);
+	}
 }
-#endif
 
 extern const struct mfs_engine_i mfs_engine_cpu_i;
 #ifdef MFS_HAVE_CUDA

@@ -21,6 +21,7 @@
 #include "gpu/engine.h"
 #include "model_store/store.h"
 #include "testhelp.h"
+#include "model_help.h"
 
 static int g_fp16;
 static int g_whole; /* the persistent kernel takes the whole GPU: loss and gather calls stop it */
@@ -126,7 +127,7 @@ static void exactly_once(int k)
 	for (size_t x = 0; x < N; x += 7)
 		su[ns] = perm[x], si[ns++] = pi[x];
 	su[ns] = perm[0], si[ns++] = pi[0];
-	TEST_OK(mfs_engine_sync_rows(e, su, ns, si, ns));
+	TEST_OK(test_sync_rows(e, m, su, ns, si, ns));
 	size_t bad_rows = 0, early = 0;
 	for (size_t x = 0; x < N; x++) {
 		float want = x % 7 == 0 || x < N / 2 ? (float)lr_of[x] : 0.0f;
@@ -136,7 +137,7 @@ static void exactly_once(int k)
 	TEST_ASSERT_MSG(bad_rows == 0, "sync_rows: %zu ratings' rows not as expected (%zu synced that were not asked)",
 	                bad_rows, early);
 	const uint32_t out_of_range = m->n_users;
-	TEST_EQ_INT(mfs_engine_sync_rows(e, &out_of_range, 1, NULL, 0), MFS_EINVAL);
+	TEST_EQ_INT(test_sync_rows(e, m, &out_of_range, 1, NULL, 0), MFS_EINVAL);
 	free(su);
 	free(si);
 	TEST_OK(mfs_engine_sync(e));
@@ -281,7 +282,7 @@ static void test_capture_beside_stream(void)
 	mfs_batch_t b = {u, it, r, n};
 	for (int rep = 0; rep < 3; rep++) {
 		TEST_OK(mfs_engine_sgd(e, &b));
-		/* the reference: the whole tables copied back (a path of its own: sync_rows is a capture) */
+		/* the reference: the whole tables copied back (a path of its own: test_sync_rows is a capture) */
 		TEST_OK(mfs_engine_sync(e));
 		for (uint32_t x = 0; x < n; x++) {
 			want[(size_t)x * (1 + k)] = m->bu[ur[x]];

@@ -18,6 +18,7 @@
 #include "gpu/engine.h"
 #include "serve/stage_conf.h"
 #include "testhelp.h"
+#include "model_help.h"
 
 /* ThreadSanitizer makes every float access ~100x slower: the learning tests shrink there (they
  * still exercise the pool, the scheduler and the racy batch path). */
@@ -653,8 +654,8 @@ static void test_convergence(void)
 
 /* ---- the registry ------------------------------------------------------------------------- */
 
-/* The engine calls every engine has: drain, sync_rows (checked, a no-op on the host engine),
- * memory (a host engine has no device), sgd_epoch_stream (the set epoch). */
+/* The engine calls every engine has: drain, a capture of chosen rows (test_sync_rows: checked,
+ * the host's own rows on the host engine), memory (a host engine has no device). */
 static void test_streaming_calls(void)
 {
 	mfs_model_t *m = mk_model(8, 10, 10, 3);
@@ -668,32 +669,16 @@ static void test_streaming_calls(void)
 	mfs_batch_t b = {u, i, r, 3};
 	TEST_OK(mfs_engine_sgd(e, &b));
 	TEST_OK(mfs_engine_drain(e));
-	TEST_OK(mfs_engine_sync_rows(e, u, 3, i, 3));
-	TEST_OK(mfs_engine_sync_rows(e, NULL, 0, NULL, 0));
+	TEST_OK(test_sync_rows(e, m, u, 3, i, 3));
+	TEST_OK(test_sync_rows(e, m, NULL, 0, NULL, 0));
 	const uint32_t bad = 10;
-	TEST_EQ_INT(mfs_engine_sync_rows(e, &bad, 1, NULL, 0), MFS_EINVAL);
-	TEST_EQ_INT(mfs_engine_sync_rows(e, NULL, 0, &bad, 1), MFS_EINVAL);
-	TEST_EQ_INT(mfs_engine_sync_rows(e, NULL, 1, NULL, 0), MFS_EINVAL);
+	TEST_EQ_INT(test_sync_rows(e, m, &bad, 1, NULL, 0), MFS_EINVAL);
+	TEST_EQ_INT(test_sync_rows(e, m, NULL, 0, &bad, 1), MFS_EINVAL);
+	TEST_EQ_INT(test_sync_rows(e, m, NULL, 1, NULL, 0), MFS_EINVAL);
 	uint64_t used = 1, total = 1;
 	TEST_EQ_INT(mfs_engine_memory(e, &used, &total), MFS_ENODEV);
-	/* a set epoch through the streaming entry point is the set epoch: same result */
-	mfs_model_t *m2 = mk_model(8, 10, 10, 3);
-	mfs_engine_t *e2 = open_cpu(m2, 1, 1, 1);
-	set_hp(e2, 0.05f, 0.0f, 1.0f, 5.0f);
-	TEST_OK(mfs_engine_sgd(e2, &b));
-	mfs_resident_t *s1 = NULL, *s2 = NULL;
-	TEST_OK(mfs_engine_resident_load(e, &b, &s1));
-	TEST_OK(mfs_engine_resident_load(e2, &b, &s2));
-	TEST_OK(mfs_engine_sgd_epoch(e, s1, 1));
-	TEST_OK(mfs_engine_sgd_epoch_stream(e2, s2, 1, 2));
-	TEST_EQ_INT(mfs_engine_sgd_epoch_stream(e2, s2, 1, 0), MFS_EINVAL);
-	TEST_ASSERT(memcmp(m->P, m2->P, (size_t)m->n_users * 8 * sizeof(float)) == 0);
-	mfs_engine_resident_free(e, s1);
-	mfs_engine_resident_free(e2, s2);
 	mfs_engine_close(e);
-	mfs_engine_close(e2);
 	mfs_model_free(m);
-	mfs_model_free(m2);
 }
 
 static void test_registry(void)

@@ -1,11 +1,11 @@
-/* dev_copy.cu - the memory-bandwidth ceiling for benchmarks: a large device-to-device copy,
+/* dev_copy.cu - benchmarks only: the memory-bandwidth ceiling, a large device-to-device copy
  * timed with events, counting bytes read plus bytes written (device/METHOD.md). */
 #include <cuda_runtime.h>
 
-#include "gpu/cuda/cuda_probe.h"
+#include "bench/bench_cuda.h"
 #include "gpu/cuda/cuda_try.h"
 
-extern "C" int mfs_cuda_copy_gbps(int device, size_t bytes, int reps, double *gbps)
+extern "C" int bench_cuda_copy_gbps(int device, size_t bytes, int reps, double *gbps)
 {
 	void *a = NULL, *b = NULL;
 	cudaEvent_t t0 = NULL, t1 = NULL;

@@ -1,0 +1,210 @@
+/* capture.cu - model rows back to the host: the whole tables (cuda_sync) and a snapshot's rows
+ * gathered on the device beside the running persistent kernel (gather_rows_kernel,
+ * cuda_capture), copied and converted to fp32 on the writer thread (cuda_capture_wait).
+ *
+ * DESIGN: one capture outstanding at a time (engine.c waits for it before the next and at
+ * close). cuda_capture runs on the engine thread and returns once the gather has run;
+ * cuda_capture_wait may run on another thread and touches only the cap_* fields and the pinned
+ * buffers its event guards.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda/cuda_int.h"
+
+/* gather_rows_kernel: out row j = F row rows[j] (k elements), bout[j] = b[rows[j]].
+ * Launch (gather_launch): min(ceil(n / 8), 4096) blocks of 8 warps on the engine's stream,
+ * grid-stride, one warp per row, lanes stride the row. Reads through L2: a persistent kernel
+ * may have written it. Bytes per row: 4 (index) + k sizeof(T) read and written + 8 (bias). */
+template <typename T>
+__global__ void gather_rows_kernel(const T *F, const float *b, const uint32_t *__restrict__ rows, size_t n, int k,
+                                   T *out, float *bout)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t j = warp; j < n; j += warps) {
+		const size_t r = __ldg(rows + j);
+		for (int x = lane; x < k; x += 32)
+			out[j * (size_t)k + x] = F[r * (size_t)k + x];
+		if (lane == 0)
+			bout[j] = __ldcg(b + r);
+	}
+}
+
+/* ---- host side ----------------------------------------------------------------------- */
+
+/* Device rows [0, n) -> host fp32. */
+static int get_rows(struct cuda_impl *c, float *dst, const void *src, size_t n, int k)
+{
+	const size_t cnt = n * (size_t)k;
+	if (!c->fp16) {
+		MFS_CUDA_TRY(cudaMemcpy(dst, src, cnt * sizeof(float), cudaMemcpyDeviceToHost));
+		return 0;
+	}
+	__half *h = (__half *)malloc((cnt ? cnt : 1) * sizeof *h);
+	if (!h)
+		return ENOMEM;
+	cudaError_t err = cudaMemcpy(h, src, cnt * sizeof *h, cudaMemcpyDeviceToHost);
+	if (err == cudaSuccess)
+		for (size_t x = 0; x < cnt; x++)
+			dst[x] = __half2float(h[x]);
+	free(h);
+	MFS_CUDA_TRY(err);
+	return 0;
+}
+
+int cuda_sync(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	mfs_model_t *m = e->model;
+	int rc;
+	/* every submitted batch applied; the kernel idles meanwhile, or, where nothing runs beside
+	 * it, stops: under compute-sanitizer this copy, made beside the running kernel after a
+	 * capture had used the engine's stream, never returned (docs/ENGINE.md, Residency) */
+	if ((rc = c->pk.beside ? pk_quiesce(c) : pk_stop(c)))
+		return rc;
+	if (c->pk.on) /* and rows uploaded after the last batch have landed */
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->pk.copy));
+	if ((rc = get_rows(c, m->P, c->P, c->n_u, m->k)) || (rc = get_rows(c, m->Q, c->Q, c->n_i, m->k)))
+		return rc;
+	MFS_CUDA_TRY(cudaMemcpy(m->bu, c->bu, (size_t)c->n_u * sizeof(float), cudaMemcpyDeviceToHost));
+	MFS_CUDA_TRY(cudaMemcpy(m->bi, c->bi, (size_t)c->n_i * sizeof(float), cudaMemcpyDeviceToHost));
+	return 0;
+}
+
+/* Room for n gathered rows (doubling). Allocations only while the persistent kernel is
+ * stopped, and never under an outstanding capture (its copy reads these buffers). */
+static int gather_reserve(mfs_engine_t *e, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	const int k = e->model->k;
+	int rc;
+	if (n <= c->g_cap)
+		return 0;
+	if ((rc = pk_stop(c)))
+		return rc;
+	size_t nc = c->g_cap ? c->g_cap : 4096;
+	while (nc < n)
+		nc *= 2;
+	cudaFree(c->g_rows);
+	cudaFree(c->g_F);
+	cudaFree(c->g_b);
+	cudaFreeHost(c->g_hF);
+	cudaFreeHost(c->g_hb);
+	c->g_rows = NULL, c->g_F = c->g_hF = NULL, c->g_b = c->g_hb = NULL, c->g_cap = 0;
+	MFS_CUDA_TRY(cudaMalloc(&c->g_rows, nc * sizeof *c->g_rows));
+	MFS_CUDA_TRY(cudaMalloc(&c->g_F, nc * (size_t)k * c->es));
+	MFS_CUDA_TRY(cudaMalloc(&c->g_b, nc * sizeof(float)));
+	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hF, nc * (size_t)k * c->es, cudaHostAllocDefault));
+	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hb, nc * sizeof(float), cudaHostAllocDefault));
+	c->g_cap = nc;
+	return 0;
+}
+
+/* Gather rows g_rows[at, at + n) of one table (F, b) into g_F/g_b[at, at + n) on the engine's
+ * stream (rows already uploaded there). */
+static int gather_launch(mfs_engine_t *e, const void *F, const float *b, size_t at, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	const int k = e->model->k;
+	if (!n)
+		return 0;
+	const size_t want = (n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+	const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
+	void *dF = (char *)c->g_F + at * (size_t)k * c->es;
+	if (c->fp16)
+		gather_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const __half *)F, b, c->g_rows + at, n, k, (__half *)dF, c->g_b + at);
+	else
+		gather_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(const float *)F, b, c->g_rows + at, n, k, (float *)dF, c->g_b + at);
+	MFS_CUDA_LAUNCHED();
+	return 0;
+}
+
+/* Gathered row j (pinned g_hF/g_hb, copied back) as fp32: the bias to *bias, k factors to f. */
+static void gathered_row(const struct cuda_impl *c, size_t j, int k, float *bias, float *f)
+{
+	*bias = c->g_hb[j];
+	if (c->fp16) {
+		const __half *h = (const __half *)c->g_hF + j * (size_t)k;
+		for (int x = 0; x < k; x++)
+			f[x] = __half2float(h[x]);
+	} else {
+		memcpy(f, (const float *)c->g_hF + j * (size_t)k, (size_t)k * sizeof(float));
+	}
+}
+
+/* A snapshot's rows without the learner waiting for the copy: quiesce, gather both tables'
+ * rows into g_F/g_b beside the running kernel (users first, then items), start the copy to
+ * the pinned g_hF/g_hb and return once the gather has run (later batches change P and Q, not
+ * the gathered copy). cuda_capture_wait, on the writer thread, waits for the copy and converts. */
+int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+                        float *di)
+{
+	struct cuda_impl *c = impl_of(e);
+	const mfs_model_t *m = e->model;
+	const int k = m->k;
+	const size_t n = nu + ni;
+	int rc;
+	if ((rc = pk_quiesce(c)))
+		return rc;
+	int on_dev = 1;
+	for (size_t j = 0; j < nu && on_dev; j++)
+		on_dev = ur[j] < c->n_u;
+	for (size_t j = 0; j < ni && on_dev; j++)
+		on_dev = ir[j] < c->n_i;
+	if (!on_dev) { /* rows grow has not given the device yet: the whole-table path, then copy */
+		if ((rc = cuda_sync(e)))
+			return rc;
+		mfs_engine_copy_rows(m->bu, m->P, k, ur, nu, du);
+		mfs_engine_copy_rows(m->bi, m->Q, k, ir, ni, di);
+		return 0;
+	}
+	if (!n)
+		return 0;
+	if ((rc = gather_reserve(e, n)))
+		return rc;
+	if (!c->pk.beside && (rc = pk_stop(c)))
+		return rc;
+	if (nu)
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows, ur, nu * sizeof *ur, cudaMemcpyHostToDevice, c->stream));
+	if (ni)
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->g_rows + nu, ir, ni * sizeof *ir, cudaMemcpyHostToDevice, c->stream));
+	if ((rc = gather_launch(e, c->P, c->bu, 0, nu)) || (rc = gather_launch(e, c->Q, c->bi, nu, ni)))
+		return rc;
+	MFS_CUDA_TRY(cudaEventRecord(c->cap_gathered, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	MFS_CUDA_TRY(cudaEventRecord(c->cap_copied, c->stream));
+	c->cap_du = du, c->cap_di = di, c->cap_nu = nu, c->cap_ni = ni;
+	c->cap_pending = 1; /* from here on close and the next capture wait for the copy */
+	/* not beside (the kernel was stopped for the gather): wait for the copy too, here, before
+	 * the next batch relaunches the kernel, and not again in capture_wait, so the writer makes
+	 * no CUDA wait beside the running kernel (where nothing may run beside it, under
+	 * compute-sanitizer, such waits are what hung: see cuda_sync) */
+	c->cap_copy_done = !c->pk.beside;
+	return beside_wait(c, c->cap_copy_done ? c->cap_copied : c->cap_gathered);
+}
+
+int cuda_capture_wait(mfs_engine_t *e)
+{
+	struct cuda_impl *c = impl_of(e);
+	if (!c || !c->cap_pending)
+		return 0;
+	c->cap_pending = 0;
+	const int k = e->model->k;
+	const size_t w = 1 + (size_t)k;
+	if (!c->cap_copy_done) {
+		MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
+		MFS_CUDA_TRY(cudaEventSynchronize(c->cap_copied));
+	}
+	for (size_t j = 0; j < c->cap_nu; j++)
+		gathered_row(c, j, k, c->cap_du + j * w, c->cap_du + j * w + 1);
+	for (size_t j = 0; j < c->cap_ni; j++)
+		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
+	return 0;
+}

@@ -1,0 +1,167 @@
+/* cuda_int.h - the CUDA engine's internals, shared by its .cu files (gpu/cuda/) and the
+ * benchmarks' ring feed (bench/ring_feed.cu); C++ linkage, never seen by C code. The C side sees
+ * only the vtable mfs_engine_cuda_i (gpu/engine_int.h).
+ *
+ * DESIGN: one struct cuda_impl per engine (e->impl): the device tables, the engine's stream,
+ * the batch staging, the persistent kernel's ring (struct pk_host) and the capture buffers.
+ * One thread calls the engine (engine.h); capture_wait may run on another one while the engine
+ * thread goes on, and touches only the cap_* fields and the pinned g_hF/g_hb it waits for.
+ *
+ * Which file owns what:
+ *   engine_cuda.cu  open, close, grow, hparams, memory, drain, progress; the vtable
+ *   sgd.cu          the batch SGD kernels (deterministic, Hogwild) and launchers, batch
+ *                   staging, per-batch row modes (streaming hot rows)
+ *   epoch.cu        resident ratings: load (shuffle, per-row modes), free, one epoch, loss
+ *   ring.cu         the persistent kernel and its device ring (pk_*)
+ *   loss.cu         the deterministic loss kernel, its launcher, the wait beside the ring
+ *   capture.cu      the gather kernel, snapshot capture, whole-table sync
+ *   step.cuh        the device step every kernel that updates or scores a rating uses
+ */
+#ifndef MFS_CUDA_INT_H
+#define MFS_CUDA_INT_H
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/cuda/cuda_try.h"
+#include "gpu/engine_int.h"
+
+#define WARPS_PER_BLOCK 8
+#define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_modes) */
+#define PLAIN_C 0.1 /* default: rows held by at most this many warps at once take plain stores */
+
+/* Row modes of the Hogwild kernel (per row in a set's mode arrays, per rating for batches):
+ *   m > 1 (MODE_PLAIN): plain read-modify-write store -- the row is held by at most ~PLAIN_C
+ *         warps at once, so a lost update is rare and Hogwild! tolerates it;
+ *   m = 1: the delta lands with a vector atomic (RED) -- rows several warps hold at once;
+ *   m < 1: hot row: the whole delta lands with probability m (sampled, see row_modes). */
+#define MODE_PLAIN 2.0f
+
+struct dev_set {
+	uint32_t *u, *i;
+	float *r;
+	size_t n;
+	float *su, *si; /* per-row mode of the Hogwild kernel (sets; NULL = du/di for every row): row_modes */
+	float *ru, *ri; /* per-rating mode (streaming batches with hot rows; NULL = none) */
+	float du, di;   /* the mode of every row of a side when su/si is NULL */
+	size_t r_cap;
+};
+
+/* One ring slot's descriptor (host h_hdr[s] -> device d_hdr[s]), read by sgd_persistent_kernel. */
+struct pk_hdr {
+	unsigned long long first; /* first chunk number */
+	uint32_t nchunks, n;      /* chunks, ratings */
+	float mu;                 /* global mean when the batch was published */
+	uint32_t salt;            /* sampling coins */
+	/* the ratings: the slot's own buffers, or (bench/ring_feed.cu) device-resident ratings */
+	const uint32_t *u, *i;
+	const float *r;
+	const float *mr_u, *mr_i; /* per-rating row modes, or NULL */
+	const float *md_u, *md_i; /* per-row row modes (sets), or NULL: du / di for the whole side */
+	float du, di;             /* 1: atomic deltas (streaming batches) */
+};
+
+/* Host side of the persistent kernel's device ring (see sgd_persistent_kernel). */
+struct pk_host {
+	int on;      /* streaming batches go through the ring (engine.persistent, not deterministic) */
+	int running; /* the kernel is launched */
+	int beside;  /* loss and gather kernels fit beside it (else they stop it first) */
+	uint32_t S, cap; /* slots, ratings per slot */
+	int grid;        /* blocks of the persistent kernel */
+	cudaStream_t run, copy;
+	cudaEvent_t up_ev; /* row uploads on `copy`, waited for by the engine's stream */
+	struct pk_hdr *d_hdr, *h_hdr;
+	unsigned long long *d_seq, *h_seq;
+	uint32_t *d_u, *d_i, *h_u, *h_i;
+	float *d_r, *d_su, *d_si, *h_r, *h_su, *h_si;
+	unsigned int *d_done, *d_stop, *h_flag; /* h_flag = {0, 1}: sources for d_stop */
+	unsigned long long *d_ticket, *d_consumed, *h_ticket;
+	unsigned long long *h_consumed, *hd_consumed; /* mapped pinned {consumed, blocks resident};
+	                                               * its device address */
+	unsigned int *d_resident;                     /* blocks of this launch that started */
+	uint64_t published, next_chunk; /* slots published, chunks published */
+	uint64_t waits;                 /* submits that found the ring full */
+};
+
+struct cuda_impl {
+	int dev;
+	int sms;
+	cudaStream_t stream;
+	void *P, *Q;   /* factors: float or __half (es bytes per element) */
+	size_t es;
+	int fp16;
+	float *bu, *bi;
+	uint32_t cap_u, cap_i, n_u, n_i; /* device capacity and rows uploaded */
+	mfs_hparams_t *d_hp;
+	unsigned long long *d_skipped;
+	struct dev_set batch; /* staging for mfs_engine_sgd/loss batches */
+	size_t batch_cap;
+	double *d_part; /* loss partial sums: 2 per block */
+	size_t part_cap;
+	size_t rows_per_warp; /* optional Hogwild concurrency cap, 0 = none (see sgd_launch) */
+	uint32_t *cnt_u, *cnt_i; /* host row counters for batch scales (kept zeroed between uses) */
+	uint32_t cnt_cap_u, cnt_cap_i;
+	float *h_ru, *h_ri;      /* host per-rating scales */
+	size_t h_r_cap;
+	double plain_c; /* engine.cuda.plain_c: rows with expected concurrency <= this take plain stores */
+	int hog_bps;    /* resident blocks per SM of the Hogwild kernel (occupancy) */
+	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
+	uint32_t launches; /* salts the sampling coins of streaming batches */
+	struct pk_host pk;
+	/* capture: rows to gather, gathered rows and biases (device, and pinned host) */
+	uint32_t *g_rows;
+	void *g_F, *g_hF;
+	float *g_b, *g_hb;
+	size_t g_cap;
+	/* the outstanding capture: gathered (the learner may go on), copied to g_hF/g_hb (the
+	 * writer converts into cap_du/cap_di) */
+	cudaEvent_t cap_gathered, cap_copied;
+	int cap_pending, cap_copy_done; /* copy_done: capture itself waited for the copy */
+	float *cap_du, *cap_di;
+	size_t cap_nu, cap_ni;
+};
+
+static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
+
+/* ---- sgd.cu ---- */
+int hog_setup(struct cuda_impl *c, int k);
+double hog_inflight(mfs_engine_t *e, size_t n);
+int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt);
+int upload(struct cuda_impl *c, struct dev_set *d, const mfs_batch_t *b);
+int alloc_set(struct dev_set *d, size_t n);
+void free_set(struct dev_set *d);
+int stage_batch(mfs_engine_t *e, const mfs_batch_t *b);
+int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot);
+int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b);
+
+/* ---- loss.cu ---- */
+const void *loss_fn(int fp16, int k);
+int beside_wait(struct cuda_impl *c, cudaEvent_t ev);
+int loss_launch(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out);
+int cuda_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
+
+/* ---- epoch.cu ---- */
+int cuda_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out);
+void cuda_resident_free(mfs_engine_t *e, mfs_resident_t *s);
+int cuda_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch);
+int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
+
+/* ---- ring.cu ---- */
+int pk_open(mfs_engine_t *e);
+void pk_free(struct cuda_impl *c);
+uint64_t pk_consumed(const struct cuda_impl *c);
+int pk_quiesce(struct cuda_impl *c);
+int pk_stop(struct cuda_impl *c);
+int pk_slot(mfs_engine_t *e, uint32_t *slot);
+int pk_publish(mfs_engine_t *e, uint32_t s, size_t n);
+int pk_submit(mfs_engine_t *e, const mfs_batch_t *b);
+
+/* ---- capture.cu ---- */
+int cuda_sync(mfs_engine_t *e);
+int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+                 float *di);
+int cuda_capture_wait(mfs_engine_t *e);
+
+#endif
