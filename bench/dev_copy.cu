@@ -1,5 +1,5 @@
 /* dev_copy.cu - benchmarks only: the memory-bandwidth ceiling, a large device-to-device copy
- * timed with events, counting bytes read plus bytes written (device/METHOD.md). */
+ * timed with events, counting bytes read plus bytes written (the roofline of docs/BENCHMARKS.md). */
 #include <cuda_runtime.h>
 
 #include "bench/bench_cuda.h"

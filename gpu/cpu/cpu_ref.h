@@ -20,7 +20,8 @@
 #define MFS_CLONES MFS_TARGET_CLONES("arch=x86-64-v4", "arch=x86-64-v3", "default")
 #define MFS_INLINE static inline __attribute__((always_inline))
 
-/** Lanes of the dot product: the summation order every engine reproduces bit for bit. */
+/** Lanes of the dot product: the summation order of the deterministic engines (the CPU's and
+ *  the CUDA sgd_kernel, bit-equal in fp32: test_cuda_parity); Hogwild kernels sum otherwise. */
 #define MFS_DOT_LANES 32
 
 /** p . q in the one fixed order: lane l accumulates f = l, l+32, l+64, ... with fmaf, then
