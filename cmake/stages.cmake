@@ -46,7 +46,7 @@ mfs_stage(NAME model_store FOLDERS model_store common
   LINK mfs_common PkgConfig::XXHASH)
 mfs_stage(NAME ingest FOLDERS ingest model_store config common
   SOURCES ingest/dataset.c ingest/event.c ingest/event_source.c ingest/kafka_consumer.c
-    ingest/kafka_util.c ingest/producer.c ingest/ratings_file.c ingest/synth.c
+    ingest/kafka_util.c ingest/producer.c ingest/ratings_file.c ingest/ratings_writer.c ingest/synth.c
   LINK mfs_config mfs_model_store PkgConfig::RDKAFKA PkgConfig::MSGPACK PkgConfig::XXHASH
     PkgConfig::ZSTD PkgConfig::ZLIB)
 set(MFS_GPU_LINK mfs_model_store mfs_common)

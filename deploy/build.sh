@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMFS_NATIVE=OFF \
 	-DCMAKE_INSTALL_PREFIX=/usr/local "$@"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target mfstream mfsnap
-if [ "${MFS_REQUIRE_CUDA:-0}" = 1 ] && [ ! -f "$build/libmfs_cuda.a" ]; then
+if [ "${MFS_REQUIRE_CUDA:-0}" = 1 ] && [ ! -f "$build/libmfs_gpu_cuda.a" ]; then
 	echo "build.sh: MFS_REQUIRE_CUDA=1 but the CUDA engine was not built (nvcc not found?)" >&2
 	exit 1
 fi

@@ -11,7 +11,7 @@
  * Each snapshot is one write transaction: readers see all of it or none of it.
  *
  * The static inline helpers below are the one implementation of the byte layout; both the
- * writer (mfs_core) and libmfsnap (which must not link mfs_core) include this header.
+ * writer (the mfs_snapshots stage) and libmfsnap (which must not link it) include this header.
  */
 #ifndef MFS_SNAP_FORMAT_H
 #define MFS_SNAP_FORMAT_H

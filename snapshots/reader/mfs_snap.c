@@ -1,8 +1,8 @@
 /* mfs_snap.c - libmfsnap: the serving-side reader of snapshot format v1 (snap_format.h).
  *
  * Built from the .c files of snapshots/reader/ and common/err.c only: it links LMDB and
- * libc, never mfs_core. This file holds the environments, the per-call txns, meta, lookups,
- * predict and staleness; top-K and its item cache live in snap_topk.c and snap_cache.c,
+ * libc, never the stage libraries (mfs_snapshots, ...). This file holds the environments, the
+ * per-call txns, meta, lookups, predict and staleness; top-K and its item cache live in snap_topk.c and snap_cache.c,
  * the kernels in snap_dot.c (shared layouts: mfs_snap_int.h).
  *
  * DESIGN

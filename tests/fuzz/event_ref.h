@@ -6,7 +6,7 @@
  * "msgpack-c" column. It is written straight from docs/EVENT_FORMAT.md over msgpack_object
  * trees, sharing no code with event.c except mfs_id_check.
  *
- * Header-only (static functions) because it is test and benchmark code, not part of mfs_core.
+ * Header-only (static functions) because it is test and benchmark code, not part of a stage.
  *
  * DESIGN: msgpack_unpack_next parses the whole top-level object first, so message-level
  * problems (not_msgpack, trailing_bytes) naturally come before event-level ones, which is the

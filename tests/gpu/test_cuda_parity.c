@@ -327,7 +327,7 @@ static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char 
 	free(qi);
 }
 
-/* The row modes of engine_cuda.cu (c = warps holding a row at once, about 1.3e4 ratings held
+/* The CUDA engine's row modes (sgd.cu, epoch.cu; c = warps holding a row at once, about 1.3e4 ratings held
  * on a 132-SM GPU at k=128):
  *  - 4000 x 2000, 400K ratings: c ~ 3-6 for every row: atomic deltas everywhere;
  *  - 20000 x 20000, 4M ratings (200 per row), full grid: c ~ 0.4-0.6: atomic deltas (plain
