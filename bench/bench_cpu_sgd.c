@@ -32,6 +32,7 @@
 #include "config/config.h"
 #include "gpu/engine.h"
 #include "gpu/lr.h"
+#include "bench/bench_set.h"
 #include "serve/stage_conf.h"
 
 struct opts {
@@ -46,7 +47,8 @@ static void usage(void)
 	fprintf(stderr, "usage: bench_cpu_sgd [--users N] [--items N] [--ratings N] [--test N] [--rank R]\n"
 	                "  [--noise S] [--k K] [--threads T] [--epochs E] [--lr X] [--lambda L]\n"
 	                "  [--schedule fixed|decay|bold] [--beta B] [--deterministic] [--mode set|batch]\n"
-	                "  [--batch N] [--zipf S] [--train-loss 0|1] [--seed N] [--csv FILE]\n");
+	                "  [--batch N] [--zipf S] [--train-loss 0|1] [--seed N] [--csv FILE]\n"
+	                "  [--set engine.cpu.KEY=VALUE ...]\n");
 	exit(2);
 }
 
@@ -91,6 +93,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (!strcmp(f, "--seed")) {
 			o->seed = strtoull(v, NULL, 10);
+			continue;
+		}
+		if (!strcmp(f, "--set")) { /* engine.cpu.grid_users=16 ... (bench_set.h) */
+			bench_set(v);
 			continue;
 		}
 		usage();
@@ -268,6 +274,7 @@ int main(int argc, char **argv)
 	mfs_model_observe(m, mean * (double)tr.n, tr.n);
 
 	mfs_engine_conf_t ec = {MFS_ENGINE_CPU, (int)o.threads, (int)o.det, 0, o.seed};
+	bench_experiments(&ec);
 	mfs_engine_t *e = NULL;
 	char err[256];
 	if ((rc = mfs_engine_open(&ec, m, &e, err, sizeof err))) {

@@ -3,7 +3,7 @@
  *   bench_gpu_sgd [--users U] [--items I] [--ratings N] [--zipf S] [--k K] [--epochs E]
  *                 [--engine cuda|cpu] [--threads T] [--label NAME] [--csv FILE] [--copy-gb G]
  *                 [--dtype fp32|fp16] [--target-rmse R] [--max-epochs M] [--trace 1]
- *                 [--variants V1,V2,...] [--lr LR]
+ *                 [--variants V1,V2,...] [--lr LR] [--set engine.cuda.KEY=VALUE ...]
  *
  * Data: a planted biased rank-8 model (mu 3.5, bias sd 0.3, dot sd 0.5, noise sd 0.5, clipped
  * to [1, 5]); users uniform, item popularity Zipf(S) over a random permutation of items; iid
@@ -44,6 +44,7 @@
 #include "common/timeutil.h"
 #include "gpu/engine.h"
 #include "model_store/store.h"
+#include "bench/bench_set.h"
 #ifdef MFS_HAVE_CUDA
 #include "bench/bench_cuda.h"
 #endif
@@ -169,8 +170,9 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	const size_t ring_batch = sl && atol(sl + 1) > 0 ? (size_t)atol(sl + 1) : 262144;
 	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
 	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring, strncmp(variant, "ringfull", 8) != 0};
+	bench_experiments(&ec); /* --set engine.cuda.* / engine.cpu.* */
 	const char *at = strchr(variant, '@'); /* NAME@C: engine.cuda.plain_c = C (0: atomic deltas everywhere) */
-	if (at)
+	if (at && at[1])
 		ec.cuda_plain_c = atof(at + 1) > 0 ? atof(at + 1) : -1;
 	mfs_engine_t *e;
 	char err[256];
@@ -269,6 +271,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(f, "--trace")) o.trace = atol(v);
 		else if (!strcmp(f, "--lr")) o.lr = atof(v);
 		else if (!strcmp(f, "--variants")) o.variants = v;
+		else if (!strcmp(f, "--set")) bench_set(v);
 		else {
 			fprintf(stderr, "bench_gpu_sgd: unknown flag %s\n", f);
 			return 2;

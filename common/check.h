@@ -1,8 +1,9 @@
-/* check.h - invariants (assert) and defensive branches (MFS_ALWAYS/MFS_NEVER, after SQLite).
+/* check.h - invariants (assert) and defensive branches (MFS_NEVER, after SQLite).
  *
- * assert() is on in debug and sanitize builds. MFS_ALWAYS(x)/MFS_NEVER(x) mark conditions
- * that "cannot happen" but that release builds must still handle: in debug builds they
- * assert, in release builds they evaluate to x so the caller's fallback branch runs.
+ * assert() is on in debug and sanitize builds. MFS_NEVER(x) marks a condition that "cannot
+ * happen" but that release builds must still handle: in debug builds it asserts, in release
+ * builds it evaluates to x so the caller's fallback branch runs (serve/consumer.c: a
+ * rejection reason the decoder does not name).
  */
 #ifndef MFS_CHECK_H
 #define MFS_CHECK_H
@@ -10,10 +11,8 @@
 #include <assert.h>
 
 #ifdef NDEBUG
-#define MFS_ALWAYS(x) (x)
 #define MFS_NEVER(x) (x)
 #else
-#define MFS_ALWAYS(x) ((x) ? 1 : (assert(0 && #x), 0))
 #define MFS_NEVER(x) ((x) ? (assert(0 && #x), 1) : 0)
 #endif
 

@@ -3,9 +3,10 @@
  * where the machine has them; and whether ThreadSanitizer instruments this build.
  *
  * No clones under ThreadSanitizer: the ifunc resolvers run during relocation, before the TSan
- * runtime is up, and the instrumented resolver crashes the process before main. GCC on x86-64
- * Linux only (the exported-ifunc visibility rules snapshots/reader/snap_dot.c relies on are
- * GCC's); elsewhere MFS_TARGET_CLONES(...) expands to nothing and the baseline code runs.
+ * runtime is up, and the instrumented resolver crashes the process before main. x86-64 Linux
+ * with a compiler that has the attribute (GCC, clang); elsewhere MFS_TARGET_CLONES(...)
+ * expands to nothing and the baseline code runs. (libmfsnap adds a condition of its own:
+ * snapshots/reader/snap_dot.c.)
  */
 #ifndef MFS_CLONES_H
 #define MFS_CLONES_H
@@ -21,8 +22,7 @@
 #define MFS_UNDER_TSAN 0
 #endif
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-	defined(__has_attribute) && !MFS_UNDER_TSAN
+#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute) && !MFS_UNDER_TSAN
 #if __has_attribute(target_clones)
 #define MFS_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
 #endif

@@ -1,6 +1,6 @@
 /* batcher.c - see batcher.h.
  *
- * DESIGN: one mutex and three condition variables; the ring moves pointers to batches, never
+ * DESIGN: one mutex and three condition variables; the queue moves pointers to batches, never
  * events, and is touched once per batch (thousands of events), so a lock costs nothing
  * measurable. Memory: at most cap queued + one being filled + one being applied batches exist
  * beyond the free list, and the free list only holds batches that were once in use.
@@ -78,50 +78,50 @@ void mfs_ebatch_free(mfs_ebatch_t *b)
 	free(b);
 }
 
-int mfs_batchq_init(mfs_batchq_t *r, size_t slots, mfs_keep_free_fn keep_free)
+int mfs_batchq_init(mfs_batchq_t *q, size_t slots, mfs_keep_free_fn keep_free)
 {
-	memset(r, 0, sizeof *r);
-	r->bq_keep_free = keep_free;
+	memset(q, 0, sizeof *q);
+	q->bq_keep_free = keep_free;
 	if (slots < 1)
 		slots = 1;
-	if (!(r->bq_q = calloc(slots, sizeof *r->bq_q)))
+	if (!(q->bq_q = calloc(slots, sizeof *q->bq_q)))
 		return ENOMEM;
-	r->bq_cap = slots;
+	q->bq_cap = slots;
 	int rc;
-	if ((rc = pthread_mutex_init(&r->bq_mu, NULL)))
+	if ((rc = pthread_mutex_init(&q->bq_mu, NULL)))
 		return rc;
-	pthread_cond_init(&r->bq_not_empty, NULL);
-	pthread_cond_init(&r->bq_not_full, NULL);
-	pthread_cond_init(&r->bq_changed, NULL);
+	pthread_cond_init(&q->bq_not_empty, NULL);
+	pthread_cond_init(&q->bq_not_full, NULL);
+	pthread_cond_init(&q->bq_changed, NULL);
 	return 0;
 }
 
-void mfs_batchq_destroy(mfs_batchq_t *r)
+void mfs_batchq_destroy(mfs_batchq_t *q)
 {
-	if (!r->bq_q)
+	if (!q->bq_q)
 		return;
-	for (size_t j = 0; j < r->bq_count; j++)
-		mfs_ebatch_free(r->bq_q[(r->bq_head + j) % r->bq_cap]);
-	for (size_t j = 0; j < r->bq_n_free; j++)
-		mfs_ebatch_free(r->bq_free[j]);
-	free(r->bq_q);
-	free(r->bq_free);
-	pthread_mutex_destroy(&r->bq_mu);
-	pthread_cond_destroy(&r->bq_not_empty);
-	pthread_cond_destroy(&r->bq_not_full);
-	pthread_cond_destroy(&r->bq_changed);
-	memset(r, 0, sizeof *r);
+	for (size_t j = 0; j < q->bq_count; j++)
+		mfs_ebatch_free(q->bq_q[(q->bq_head + j) % q->bq_cap]);
+	for (size_t j = 0; j < q->bq_n_free; j++)
+		mfs_ebatch_free(q->bq_free[j]);
+	free(q->bq_q);
+	free(q->bq_free);
+	pthread_mutex_destroy(&q->bq_mu);
+	pthread_cond_destroy(&q->bq_not_empty);
+	pthread_cond_destroy(&q->bq_not_full);
+	pthread_cond_destroy(&q->bq_changed);
+	memset(q, 0, sizeof *q);
 }
 
-mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *r)
+mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *q)
 {
 	mfs_ebatch_t *b = NULL;
-	pthread_mutex_lock(&r->bq_mu);
-	if (r->bq_n_free)
-		b = r->bq_free[--r->bq_n_free];
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	if (q->bq_n_free)
+		b = q->bq_free[--q->bq_n_free];
+	pthread_mutex_unlock(&q->bq_mu);
 	if (!b && (b = calloc(1, sizeof *b)))
-		b->keep_free = r->bq_keep_free;
+		b->keep_free = q->bq_keep_free;
 	return b;
 }
 
@@ -139,115 +139,115 @@ static struct timespec deadline(int timeout_ms)
 	return ts;
 }
 
-int mfs_batchq_push(mfs_batchq_t *r, mfs_ebatch_t *b, int timeout_ms)
+int mfs_batchq_push(mfs_batchq_t *q, mfs_ebatch_t *b, int timeout_ms)
 {
 	struct timespec dl = deadline(timeout_ms);
 	int rc = 0;
-	pthread_mutex_lock(&r->bq_mu);
-	while (r->bq_count == r->bq_cap && !r->bq_failed && rc == 0)
-		rc = timeout_ms > 0 ? pthread_cond_timedwait(&r->bq_not_full, &r->bq_mu, &dl) : ETIMEDOUT;
-	if (r->bq_failed) {
+	pthread_mutex_lock(&q->bq_mu);
+	while (q->bq_count == q->bq_cap && !q->bq_failed && rc == 0)
+		rc = timeout_ms > 0 ? pthread_cond_timedwait(&q->bq_not_full, &q->bq_mu, &dl) : ETIMEDOUT;
+	if (q->bq_failed) {
 		rc = EPIPE;
-	} else if (r->bq_count < r->bq_cap) {
-		r->bq_q[(r->bq_head + r->bq_count) % r->bq_cap] = b;
-		r->bq_count++;
-		r->bq_pushed++;
+	} else if (q->bq_count < q->bq_cap) {
+		q->bq_q[(q->bq_head + q->bq_count) % q->bq_cap] = b;
+		q->bq_count++;
+		q->bq_pushed++;
 		rc = 0;
-		pthread_cond_signal(&r->bq_not_empty);
+		pthread_cond_signal(&q->bq_not_empty);
 	} else {
 		rc = ETIMEDOUT;
-		r->bq_full_waits++;
+		q->bq_full_waits++;
 	}
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_unlock(&q->bq_mu);
 	return rc;
 }
 
-int mfs_batchq_pop(mfs_batchq_t *r, int timeout_ms, mfs_ebatch_t **out)
+int mfs_batchq_pop(mfs_batchq_t *q, int timeout_ms, mfs_ebatch_t **out)
 {
 	struct timespec dl = deadline(timeout_ms);
 	int rc = 0;
 	*out = NULL;
-	pthread_mutex_lock(&r->bq_mu);
-	while (r->bq_count == 0 && !r->bq_closed && rc == 0)
-		rc = timeout_ms > 0 ? pthread_cond_timedwait(&r->bq_not_empty, &r->bq_mu, &dl) : ETIMEDOUT;
-	if (r->bq_count) {
-		*out = r->bq_q[r->bq_head];
-		r->bq_head = (r->bq_head + 1) % r->bq_cap;
-		r->bq_count--;
-		r->bq_inflight++;
+	pthread_mutex_lock(&q->bq_mu);
+	while (q->bq_count == 0 && !q->bq_closed && rc == 0)
+		rc = timeout_ms > 0 ? pthread_cond_timedwait(&q->bq_not_empty, &q->bq_mu, &dl) : ETIMEDOUT;
+	if (q->bq_count) {
+		*out = q->bq_q[q->bq_head];
+		q->bq_head = (q->bq_head + 1) % q->bq_cap;
+		q->bq_count--;
+		q->bq_inflight++;
 		rc = 0;
-		pthread_cond_signal(&r->bq_not_full);
+		pthread_cond_signal(&q->bq_not_full);
 	} else {
-		rc = r->bq_closed ? EPIPE : ETIMEDOUT;
+		rc = q->bq_closed ? EPIPE : ETIMEDOUT;
 	}
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_unlock(&q->bq_mu);
 	return rc;
 }
 
-void mfs_batchq_release(mfs_batchq_t *r, mfs_ebatch_t *b)
+void mfs_batchq_release(mfs_batchq_t *q, mfs_ebatch_t *b)
 {
 	mfs_ebatch_clear(b);
-	pthread_mutex_lock(&r->bq_mu);
-	r->bq_inflight--;
+	pthread_mutex_lock(&q->bq_mu);
+	q->bq_inflight--;
 	int kept = 0;
-	if (r->bq_n_free < r->bq_cap + 2 &&
-	    mfs_grow((void **)&r->bq_free, &r->bq_cap_free, r->bq_n_free + 1, sizeof *r->bq_free) == 0) {
-		r->bq_free[r->bq_n_free++] = b;
+	if (q->bq_n_free < q->bq_cap + 2 &&
+	    mfs_grow((void **)&q->bq_free, &q->bq_cap_free, q->bq_n_free + 1, sizeof *q->bq_free) == 0) {
+		q->bq_free[q->bq_n_free++] = b;
 		kept = 1;
 	}
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_unlock(&q->bq_mu);
 	if (!kept)
 		mfs_ebatch_free(b);
 }
 
-size_t mfs_batchq_fill(mfs_batchq_t *r)
+size_t mfs_batchq_fill(mfs_batchq_t *q)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	size_t n = r->bq_count;
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	size_t n = q->bq_count;
+	pthread_mutex_unlock(&q->bq_mu);
 	return n;
 }
 
-uint64_t mfs_batchq_next_barrier(mfs_batchq_t *r)
+uint64_t mfs_batchq_next_barrier(mfs_batchq_t *q)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	uint64_t g = ++r->bq_barrier_gen;
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	uint64_t g = ++q->bq_barrier_gen;
+	pthread_mutex_unlock(&q->bq_mu);
 	return g;
 }
 
-void mfs_batchq_barrier_done(mfs_batchq_t *r, uint64_t gen)
+void mfs_batchq_barrier_done(mfs_batchq_t *q, uint64_t gen)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	if (gen > r->bq_barrier_done)
-		r->bq_barrier_done = gen;
-	pthread_cond_broadcast(&r->bq_changed);
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	if (gen > q->bq_barrier_done)
+		q->bq_barrier_done = gen;
+	pthread_cond_broadcast(&q->bq_changed);
+	pthread_mutex_unlock(&q->bq_mu);
 }
 
-int mfs_batchq_wait_barrier(mfs_batchq_t *r, uint64_t gen)
+int mfs_batchq_wait_barrier(mfs_batchq_t *q, uint64_t gen)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	while (r->bq_barrier_done < gen && !r->bq_failed)
-		pthread_cond_wait(&r->bq_changed, &r->bq_mu);
-	int rc = r->bq_barrier_done >= gen ? 0 : EPIPE;
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	while (q->bq_barrier_done < gen && !q->bq_failed)
+		pthread_cond_wait(&q->bq_changed, &q->bq_mu);
+	int rc = q->bq_barrier_done >= gen ? 0 : EPIPE;
+	pthread_mutex_unlock(&q->bq_mu);
 	return rc;
 }
 
-void mfs_batchq_close(mfs_batchq_t *r)
+void mfs_batchq_close(mfs_batchq_t *q)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	r->bq_closed = 1;
-	pthread_cond_broadcast(&r->bq_not_empty);
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	q->bq_closed = 1;
+	pthread_cond_broadcast(&q->bq_not_empty);
+	pthread_mutex_unlock(&q->bq_mu);
 }
 
-void mfs_batchq_fail(mfs_batchq_t *r)
+void mfs_batchq_fail(mfs_batchq_t *q)
 {
-	pthread_mutex_lock(&r->bq_mu);
-	r->bq_failed = 1;
-	pthread_cond_broadcast(&r->bq_not_full);
-	pthread_cond_broadcast(&r->bq_changed);
-	pthread_mutex_unlock(&r->bq_mu);
+	pthread_mutex_lock(&q->bq_mu);
+	q->bq_failed = 1;
+	pthread_cond_broadcast(&q->bq_not_full);
+	pthread_cond_broadcast(&q->bq_changed);
+	pthread_mutex_unlock(&q->bq_mu);
 }

@@ -85,28 +85,28 @@ typedef struct mfs_batchq {
 
 /** keep_free releases what batches keep alive (NULL: they keep nothing).
  *  @return 0, ENOMEM, or a pthread error. */
-int mfs_batchq_init(mfs_batchq_t *r, size_t slots, mfs_keep_free_fn keep_free);
-void mfs_batchq_destroy(mfs_batchq_t *r);
+int mfs_batchq_init(mfs_batchq_t *q, size_t slots, mfs_keep_free_fn keep_free);
+void mfs_batchq_destroy(mfs_batchq_t *q);
 /** An empty batch to fill (recycled or new). @return NULL on ENOMEM. */
-mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *r);
-/** Queue b; wait at most timeout_ms for a free slot. On success the ring owns b.
+mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *q);
+/** Queue b; wait at most timeout_ms for a free slot. On success the queue owns b.
  *  @return 0, ETIMEDOUT (full: b is still the caller's), EPIPE (the learner failed). */
-int mfs_batchq_push(mfs_batchq_t *r, mfs_ebatch_t *b, int timeout_ms);
+int mfs_batchq_push(mfs_batchq_t *q, mfs_ebatch_t *b, int timeout_ms);
 /** Take the oldest batch; wait at most timeout_ms. @return 0, ETIMEDOUT, EPIPE (closed and empty). */
-int mfs_batchq_pop(mfs_batchq_t *r, int timeout_ms, mfs_ebatch_t **out);
+int mfs_batchq_pop(mfs_batchq_t *q, int timeout_ms, mfs_ebatch_t **out);
 /** The learner is done with b (it is cleared and recycled). */
-void mfs_batchq_release(mfs_batchq_t *r, mfs_ebatch_t *b);
+void mfs_batchq_release(mfs_batchq_t *q, mfs_ebatch_t *b);
 /** Batches queued (not counting the one being applied). */
-size_t mfs_batchq_fill(mfs_batchq_t *r);
+size_t mfs_batchq_fill(mfs_batchq_t *q);
 /** A new barrier generation number for a batch about to be pushed. */
-uint64_t mfs_batchq_next_barrier(mfs_batchq_t *r);
+uint64_t mfs_batchq_next_barrier(mfs_batchq_t *q);
 /** Learner side: barrier `gen` is done (its snapshot is published or failed). */
-void mfs_batchq_barrier_done(mfs_batchq_t *r, uint64_t gen);
+void mfs_batchq_barrier_done(mfs_batchq_t *q, uint64_t gen);
 /** Wait until barrier `gen` is done. @return 0, or EPIPE if the learner failed first. */
-int mfs_batchq_wait_barrier(mfs_batchq_t *r, uint64_t gen);
-/** No more pushes: a pop on an empty ring returns EPIPE. */
-void mfs_batchq_close(mfs_batchq_t *r);
+int mfs_batchq_wait_barrier(mfs_batchq_t *q, uint64_t gen);
+/** No more pushes: a pop on an empty queue returns EPIPE. */
+void mfs_batchq_close(mfs_batchq_t *q);
 /** Learner side: it has stopped on an error; wake and fail every waiter. */
-void mfs_batchq_fail(mfs_batchq_t *r);
+void mfs_batchq_fail(mfs_batchq_t *q);
 
 #endif

@@ -430,11 +430,11 @@ void mfs_consumer_close(mfs_consumer_t *s)
 		mfs_warn("serve", "msg=\"dead-letter messages not delivered at shutdown\" count=%d", rd_kafka_outq_len(s->dlq));
 }
 
-void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *pauses, size_t *partitions)
+void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *pauses, size_t *partitions_known)
 {
 	*messages = s->messages;
 	*pauses = s->pauses;
-	*partitions = s->parts.n;
+	*partitions_known = s->parts.n;
 }
 
 void mfs_consumer_free(mfs_consumer_t *s)

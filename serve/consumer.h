@@ -59,8 +59,9 @@ int mfs_consumer_commit(void *ctx, const mfs_offset_t *offs, size_t n, int sync)
 /** Leave the group (a revocation here has nothing left to publish) and flush the dead-letter
  *  producer. */
 void mfs_consumer_close(mfs_consumer_t *s);
-/** Messages taken in and partition pauses since open. */
-void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *pauses, size_t *partitions);
+/** Messages taken in and partition pauses since open, and the partitions it has known (assigned
+ *  now or before, or named by the loaded snapshot). */
+void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *pauses, size_t *partitions_known);
 /** Destroy the client handles and free s (after the learner has released every batch). */
 void mfs_consumer_free(mfs_consumer_t *s);
 

@@ -312,7 +312,8 @@ static void commit_offsets(mfs_learner_t *l, const mfs_pubjob_t *j, int sync)
 		}
 	}
 	if (n)
-		(void)l->commit(l->commit_ctx, send, n, sync); /* it logs a failure; the next snapshot's commit retries */
+		(void)l->commit(l->commit_ctx, send, n, sync); /* it logs a failure (debug); an offset is sent
+		                                                   again only once it advances */
 	free(send);
 }
 

@@ -62,7 +62,8 @@ typedef struct mfs_learner_stats {
 
 /** Commits offsets a published snapshot stores to the broker (lag monitoring only: recovery
  *  seeks to the snapshot's own offsets). sync: wait for the broker (barriers). Called on the
- *  learner thread. @return 0 or an error (the callee logs it; the learner goes on). */
+ *  learner thread with the offsets that advanced since the last call. @return 0 or an error
+ *  (the callee logs it; the learner goes on and does not resend what failed). */
 typedef int (*mfs_commit_fn)(void *ctx, const mfs_offset_t *offs, size_t n, int sync);
 
 /** Create the model, load the newest snapshot in snapshot.dir (if any) and open the publisher.

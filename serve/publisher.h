@@ -5,7 +5,7 @@
  * engine's capture of their values, the offsets and meta that describe exactly the batches
  * applied so far) and posts it; this thread waits for the capture's values
  * (mfs_engine_capture_wait), writes the stage in ONE LMDB transaction, and marks the job done;
- * the learner takes the result back on its own thread (freshness, metrics, the Kafka commit).
+ * the learner takes the result back on its own thread (freshness, metrics, the offset commit).
  * At most one job is in flight: the learner does not touch the job between post and take.
  */
 #ifndef MFS_PUBLISHER_H

@@ -14,7 +14,11 @@ int mfs_rows_init(mfs_rows_t *r, mfs_model_t *m)
 	*r = (mfs_rows_t){0};
 	r->m = m;
 	int rc = pthread_mutex_init(&r->mu, NULL);
-	return rc ? rc : pthread_cond_init(&r->cv, NULL);
+	if (rc)
+		return rc;
+	if ((rc = pthread_cond_init(&r->cv, NULL)))
+		pthread_mutex_destroy(&r->mu);
+	return rc;
 }
 
 /* One side of a batch (0 users, 1 items): its events' rows in event order, new ids added and

@@ -36,8 +36,8 @@ extern "C" {
 #define MFS_EFORMAT (-30997)   /* malformed record or unknown format */
 #define MFS_EVERSION (-30996)  /* snapshot format version not supported */
 #define MFS_EIDLEN (-30994)    /* id longer than 256 bytes or empty */
-#define MFS_ENOTFOUND (-30991) /* no such id, or no snapshot yet */
-#define MFS_ELMDB (-30989)     /* LMDB failure (the errstr or mfs_snap_strerror says more) */
+#define MFS_ENOTFOUND (-30990) /* no such id, or no snapshot yet */
+#define MFS_ELMDB (-30988)     /* LMDB failure (the errstr or mfs_snap_strerror says more) */
 
 typedef struct mfs_snap mfs_snap_t;
 

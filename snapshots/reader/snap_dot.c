@@ -28,8 +28,13 @@
 #include "common/clones.h"
 #include "snapshots/reader/mfs_snap_int.h"
 
-/* AVX2 and baseline variants, picked at load (common/clones.h: none under ThreadSanitizer). */
+/* AVX2 and baseline variants, picked at load (common/clones.h: none under ThreadSanitizer). GCC
+ * only: the exported ifunc's visibility handling below is GCC's. */
+#if defined(__GNUC__) && !defined(__clang__)
 #define SNAP_TARGET_CLONES MFS_TARGET_CLONES("avx2", "default")
+#else
+#define SNAP_TARGET_CLONES
+#endif
 
 /* snap_dot_i8: out[i] = sum_j q8[i][j] * uq[j].
  * Math: int8 x int16 products summed in int32 (exact: see DESIGN for the bound).

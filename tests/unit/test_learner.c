@@ -114,13 +114,13 @@ static int barrier(mfs_batchq_t *q, int kind)
 {
 	mfs_ebatch_t *b = mfs_batchq_get(q);
 	b->barrier = kind;
-	b->barrier_gen = mfs_batchq_next_barrier(q);
+	const uint64_t gen = b->barrier_gen = mfs_batchq_next_barrier(q); /* b is the learner's once pushed */
 	int rc = mfs_batchq_push(q, b, 60000);
 	if (rc) {
 		mfs_ebatch_free(b);
 		return rc;
 	}
-	return mfs_batchq_wait_barrier(q, b->barrier_gen);
+	return mfs_batchq_wait_barrier(q, gen);
 }
 
 /* The snapshot of dir, loaded into a fresh model: events applied, the offset of (topic, part). */
