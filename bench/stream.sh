@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The streaming benchmark (this VM): events/s through the embedded broker into the CPU engine
+# The streaming benchmark (this VM): events/s through the embedded broker (or a real one) into the CPU engine
 # with 100 and 1000 events per message; message create -> snapshot-visible and -> applied
 # latency p50/p99 at a steady rate with snapshots every 250 ms, for snapshot.sync=full and none; a /metrics time series
 # of a 30 s run with a holdout (scripts/scrape.py -> OUT-timeseries.csv, charted by
@@ -22,12 +22,25 @@
 # producers (its CPU profile: OUT-ts-threads.csv;
 # where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
-# (e.g. --gen.users 1000000). The embedded broker keeps ~5 MiB per
+# (e.g. --gen.users 1000000).
+#
+# Against a real Kafka broker: `bench/stream.sh --brokers HOST:PORT BUILD_DIR OUT_PREFIX [EVENTS]`
+# (or BROKERS=HOST:PORT): every run gets a topic of its own on it (created with the
+# kafka-topics.sh of KAFKA_HOME, default ../shared/kafka), and the section backlog (on by default
+# there) compares serve with kcat on the same backlog: the topic is produced first, then kcat
+# reads it all (`kcat -C -e`: the consumption ceiling of one librdkafka client) and serve applies
+# it all (from its first assignment to the snapshot that holds every event), REPS (3) times each,
+# alternating; OUT-backlog.csv. The embedded broker keeps ~5 MiB per
 # partition: the throughput run produces everything at once, so keep EVENTS x ~21 bytes /
 # PARTITIONS under that (e.g. 12 M events on 64 partitions); a rate-limited run only needs the
 # consumer to keep up (it fails with a message when it falls behind).
 set -euo pipefail
-sections=${SECTIONS:-throughput,latency,timeseries,snapshot}
+if [ "${1:-}" = --brokers ]; then
+	BROKERS=$2
+	shift 2
+fi
+brokers=${BROKERS:-}
+sections=${SECTIONS:-throughput,latency,timeseries,snapshot${brokers:+,backlog}}
 want() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
 build=${1:-build}
 out=${2:-bench/results/stream-vm}
@@ -120,8 +133,31 @@ print(f"  learner ({label}, {wall:.1f} s, {ev:.0f} events): busy {busy / wall:.0
       ", ".join(f"{k} {s / wall:.0%}" for k, s in sorted(rows, key=lambda r: -r[1]) if k != "wait" and s / wall >= 0.005))
 PY
 }
-start_serve() { # dir log extra... -> sets bs (bootstrap) and spid
+kafka_home=${KAFKA_HOME:-../shared/kafka}
+new_topic() { # a topic of its own on the real broker (PARTITIONS) -> sets topic
+	topic=bench-$$-$RANDOM
+	"$kafka_home/kafka_2.11-2.4.0/bin/kafka-topics.sh" --bootstrap-server "$brokers" --create --topic "$topic" \
+		--partitions "${PARTITIONS:-4}" --replication-factor 1 >/dev/null
+}
+topic=ratings
+start_serve() { # dir log extra... -> sets bs (bootstrap), topic and spid
 	local dir=$1 log=$2; shift 2
+	if [ -n "$brokers" ]; then
+		# a fresh topic, produced after serve has joined its group (as with the embedded broker)
+		new_topic
+		bs=$brokers
+		"$bin" serve --brokers "$bs" --topic "$topic" --snapshot "$dir" --kafka.group.id "$topic" \
+			--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
+			--serve.snapshot_ms 250 ${SERVE_ARGS:-} "$@" 2>"$log" &
+		spid=$!
+		for _ in $(seq 400); do
+			grep -q 'msg=assigned' "$log" && return 0
+			sleep 0.05
+		done
+		echo "serve got no partitions: $(cat "$log")"
+		exit 1
+	fi
+	topic=ratings
 	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
 		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
 		--serve.snapshot_ms 250 ${SERVE_ARGS:-} "$@" 2>"$log" &
@@ -155,7 +191,7 @@ for epm in ${EPM:-100 1000}; do
 	np=${PRODUCERS:-1}
 	for ((j = 0; j < np; j++)); do
 		sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
-			"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
+			"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
 			--batch "$epm" --compact ${PRODUCE_ARGS:-} 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
 	done
 	wait $(jobs -p | grep -v "^$spid\$")
@@ -192,7 +228,7 @@ for rate in 50000 200000; do
 	# steady state: the consumer's first fetches after the assignment (offset lookups) hold the
 	# first ~0.5 s of a stream produced at once, which alone sets the p99 of a 10 s run
 	sleep 2
-	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings "$m" --batch 100 --compact \
+	"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings "$m" --batch 100 --compact \
 		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
 	wait_applied "$d" "$m"
 	kill -TERM $spid && wait $spid
@@ -221,7 +257,7 @@ ts_t0=$(date +%s.%N)
 ts_n=${TS_EVENTS:-3000000}
 np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
-	"$bin" produce --brokers "$bs" --topic ratings --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
+	"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
 		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) ${TS_PRODUCE_ARGS:-} \
 		2>"$tmp/produce-ts-$j.log" &
 	pp[j]=$!
@@ -255,5 +291,59 @@ rm -f "$csv"
 echo
 "$build/bench/bench_snapshot" --dir "$tmp/bsnap" --table 1000000 --rows 10000,100000,1000000 --k 128 --reps 5 \
 	--sync full,meta,none --csv "$csv"
+echo "wrote $csv"
+fi
+# a backlog on the real broker, consumed by kcat (the ceiling) and by serve, alternating
+if want backlog; then
+[ -n "$brokers" ] || { echo "SECTIONS=backlog needs --brokers (a real broker)"; exit 2; }
+command -v kcat >/dev/null || { echo "backlog: no kcat (scripts/setup-deps.sh installs it)"; exit 2; }
+csv=$out-backlog.csv
+rm -f "$out-backlog-threads.csv"
+echo "run,rep,events,events_per_message,partitions,seconds,events_per_s" >"$csv"
+epm=${EPM:-1000}
+epm=${epm%% *}
+new_topic
+np=${PRODUCERS:-1}
+for ((j = 0; j < np; j++)); do
+	"$bin" produce --brokers "$brokers" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
+		--batch "$epm" --compact ${PRODUCE_ARGS:-} >"$tmp/produce-backlog-$j.log" 2>&1 &
+done
+wait
+n=$((n / np * np))
+msgs=$(cat "$tmp"/produce-backlog-*.log | sed -n 's/.* messages=\([0-9]*\) .*/\1/p' | awk '{ s += $1 } END { print s }')
+printf '\n%-7s %4s %10s %9s %12s  (%s events in %s messages of %s, %s partitions, topic %s)\n' run rep events \
+	seconds events/s "$n" "$msgs" "$epm" "${PARTITIONS:-4}" "$topic"
+for ((rep = 1; rep <= ${REPS:-3}; rep++)); do
+	# kcat: every message of the topic, read and written to /dev/null
+	t0=$(date +%s.%N)
+	got=$(kcat -C -b "$brokers" -t "$topic" -o beginning -e -q -f '%o\n' | wc -l)
+	t1=$(date +%s.%N)
+	[ "$got" -eq "$msgs" ] || { echo "kcat read $got of $msgs messages"; exit 1; }
+	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
+	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
+	printf '%-7s %4s %10s %9s %12s\n' kcat "$rep" "$n" "$secs" "$rate"
+	echo "kcat,$rep,$n,$epm,${PARTITIONS:-4},$secs,$rate" >>"$csv"
+	# serve: from its first assignment to the snapshot that holds every event
+	d=$tmp/snap-backlog-$rep
+	"$bin" serve --brokers "$brokers" --topic "$topic" --snapshot "$d" --kafka.group.id "$topic-$rep" \
+		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" --serve.snapshot_ms 250 ${SERVE_ARGS:-} \
+		2>"$tmp/serve-backlog-$rep.log" &
+	spid=$!
+	for _ in $(seq 400); do
+		grep -q 'msg=assigned' "$tmp/serve-backlog-$rep.log" && break
+		sleep 0.02
+	done
+	t0=$(date +%s.%N)
+	thread_ticks $spid >"$tmp/ticks-b0"
+	wait_applied "$d" "$n"
+	t1=$(date +%s.%N)
+	thread_ticks $spid >"$tmp/ticks-b1"
+	kill -TERM $spid && wait $spid
+	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
+	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
+	printf '%-7s %4s %10s %9s %12s\n' serve "$rep" "$n" "$secs" "$rate"
+	echo "serve,$rep,$n,$epm,${PARTITIONS:-4},$secs,$rate" >>"$csv"
+	thread_profile "$tmp/ticks-b0" "$tmp/ticks-b1" "$secs" "backlog-$rep" "$out-backlog-threads.csv"
+done
 echo "wrote $csv"
 fi

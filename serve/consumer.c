@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "common/check.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/timeutil.h"
 #include "ingest/event.h"
 #include "ingest/kafka_consumer.h"
@@ -437,16 +439,91 @@ void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *
 	*partitions_known = s->parts.n;
 }
 
+/* rd_kafka_destroy on a thread of its own, waited for at most limit_ms (serve.kafka_close_ms).
+ *
+ * librdkafka 2.0 can wait forever in rd_kafka_destroy for a broker thread when the broker is
+ * unreachable (upstream issues 3954 and 4519: a broker reference is never dropped; seen here
+ * with a real broker killed just before SIGTERM, about one shutdown in six). By the time serve
+ * destroys its handles the final snapshot is published and every message is released, so
+ * nothing is lost by not waiting: after the limit this logs why and returns, and the process's
+ * exit ends librdkafka's threads. @return 1 when the handle was destroyed. */
+typedef struct destroy_job {
+	rd_kafka_t *rk;
+	int delay_ms; /* test.kafka_destroy_delay_ms */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+} destroy_job_t;
+
+static void *destroy_main(void *arg)
+{
+	destroy_job_t *j = arg;
+	mfs_thread_name("mfs-rkdestroy");
+	if (j->delay_ms > 0)
+		mfs_sleep_ms(j->delay_ms);
+	rd_kafka_destroy(j->rk);
+	pthread_mutex_lock(&j->mu);
+	j->done = 1;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	return NULL;
+}
+
+static int destroy_bounded(rd_kafka_t *rk, int64_t limit_ms, int delay_ms, const char *what)
+{
+	destroy_job_t *j = calloc(1, sizeof *j);
+	pthread_t t;
+	if (j)
+		j->delay_ms = delay_ms;
+	if (!j || pthread_mutex_init(&j->mu, NULL) || pthread_cond_init(&j->cv, NULL) ||
+	    (j->rk = rk, pthread_create(&t, NULL, destroy_main, j))) {
+		free(j); /* (a mutex or condition made here is never used) */
+		rd_kafka_destroy(rk);
+		return 1;
+	}
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += (time_t)(limit_ms / 1000);
+	dl.tv_nsec += (long)(limit_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&j->mu);
+	int rc = 0;
+	while (!j->done && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&j->cv, &j->mu, &dl);
+	const int done = j->done;
+	pthread_mutex_unlock(&j->mu);
+	if (!done) { /* j stays with the thread */
+		pthread_detach(t);
+		mfs_error("serve", "msg=\"the Kafka client did not shut down: exiting without it\" handle=%s "
+		                   "waited_ms=%" PRId64 " detail=\"a broker is unreachable (librdkafka 2.0 can then wait "
+		                   "forever; serve.kafka_close_ms); the final snapshot is published\"",
+		          what, limit_ms);
+		return 0;
+	}
+	pthread_join(t, NULL);
+	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->cv);
+	free(j);
+	return 1;
+}
+
 void mfs_consumer_free(mfs_consumer_t *s)
 {
 	if (!s)
 		return;
-	if (s->rk)
-		rd_kafka_destroy(s->rk);
-	if (s->dlq)
-		rd_kafka_destroy(s->dlq);
-	mfs_events_free(&s->evs);
+	/* every message goes before its handle (librdkafka's rule): the batch being filled here,
+	 * the queue's batches before this is called (serve.c) */
 	mfs_ebatch_free(s->cur);
+	mfs_events_free(&s->evs);
+	const int64_t limit = s->c->serve_kafka_close_ms;
+	const int delay = (int)s->c->test_kafka_destroy_delay_ms;
+	if (s->rk)
+		destroy_bounded(s->rk, limit, delay, "consumer");
+	if (s->dlq)
+		destroy_bounded(s->dlq, limit, delay, "dead-letter producer");
 	mfs_parts_free(&s->parts);
 	free(s);
 }

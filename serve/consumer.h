@@ -62,7 +62,11 @@ void mfs_consumer_close(mfs_consumer_t *s);
 /** Messages taken in and partition pauses since open, and the partitions it has known (assigned
  *  now or before, or named by the loaded snapshot). */
 void mfs_consumer_counts(const mfs_consumer_t *s, uint64_t *messages, uint64_t *pauses, size_t *partitions_known);
-/** Destroy the client handles and free s (after the learner has released every batch). */
+/** Free the batch being filled, destroy the client handles (waiting at most serve.kafka_close_ms
+ *  for each: an unreachable broker can make librdkafka wait forever; the error log says so) and
+ *  free s.
+ *  Call it after the learner has stopped and the queue is destroyed: every message a batch
+ *  kept must be released before its handle goes. */
 void mfs_consumer_free(mfs_consumer_t *s);
 
 #endif

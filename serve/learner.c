@@ -76,7 +76,8 @@ struct mfs_learner {
 	mfs_serve_meta_t meta; /* the counters a snapshot stores (held_out, digest, rejected, ...) */
 	uint64_t messages, batches, snapshots;
 	uint64_t snap_deferred; /* timer snapshots put off while the publisher was busy */
-	int dirty;
+	int dirty;      /* rows or offsets changed since the last snapshot */
+	int meta_dirty; /* a full pass changed the learning rate or the accuracy figures since then */
 	/* accuracy */
 	double pq_sse, pq_rmse_last;
 	uint64_t pq_n;
@@ -366,7 +367,9 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	int rc;
 	if ((rc = job_finish(l, 1, 0)))
 		return rc;
-	if (!l->dirty)
+	/* a timer snapshot needs new rows or offsets; a barrier's (revocation, shutdown) also
+	 * publishes a newer learning rate and accuracy figures, so a restart resumes with them */
+	if (!l->dirty && !(wait && l->meta_dirty))
 		return 0;
 	mfs_pubjob_t *j = mfs_publisher_job(l->pub);
 	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
@@ -419,6 +422,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	mfs_touched_clear(&l->rows.tu);
 	mfs_touched_clear(&l->rows.ti);
 	l->dirty = 0;
+	l->meta_dirty = 0;
 	l->pq_sse = 0;
 	l->pq_n = 0;
 	mfs_publisher_post(l->pub);
@@ -449,6 +453,7 @@ static int full_pass(mfs_learner_t *l)
 	if (!l->win.n && !l->hwin.n)
 		return 0;
 	double before = l->lrc.lr;
+	l->meta_dirty = 1;
 	mfs_lr_update(&l->lrc, loss);
 	if (l->lrc.lr < l->lr_floor)
 		l->lrc.lr = l->lr_floor;

@@ -174,9 +174,9 @@ out:
 	if (s.l && !learner_done && queue_ok)
 		mfs_batchq_close(&s.queue);
 	mfs_learner_close(s.l); /* joins the thread if it still runs */
-	mfs_consumer_free(cons);
-	if (queue_ok)
+	if (queue_ok) /* its batches' messages first: librdkafka wants them released before its handle */
 		mfs_batchq_destroy(&s.queue);
+	mfs_consumer_free(cons);
 	mfs_metrics_free(s.reg);
 	return rc;
 }

@@ -1,5 +1,11 @@
-/* serve_help.h - shared by test_serve_mock.c and test_serve_kill9.c: feed a mock-broker topic,
- * run `mfstream serve` as a child process, and read what its snapshot says. */
+/* serve_help.h - shared by the serve tests: feed a topic, run `mfstream serve` as a child
+ * process, and read what its snapshot says.
+ *
+ * Two brokers: librdkafka's mock cluster in the test process (the default), or a real Kafka
+ * broker (MFS_TEST_BROKER=kafka: ctest's tests labelled kafka, whose fixture starts one broker
+ * per run and writes its address to $MFS_KAFKA_FIXTURE/state; tests/kafka/fixture.sh). On the
+ * real broker every topic a test asks for gets a name of its own (the test's name, its pid and
+ * a counter), so tests share the broker and not their data; without a broker they exit 77. */
 #ifndef MFS_SERVE_HELP_H
 #define MFS_SERVE_HELP_H
 
@@ -130,31 +136,184 @@ static void sh_watermarks(const char *bootstraps, const char *topic, int parts, 
 		rd_kafka_destroy(rk);
 }
 
-/* What every serve test starts from: a mock cluster with one topic, and a fresh temporary
- * directory holding the snapshot (dir/snap) and serve's log (dir/serve.log). */
+/* What every serve test starts from: a broker (mock or real) with one topic, and a fresh
+ * temporary directory holding the snapshot (dir/snap) and serve's log (dir/serve.log). */
 typedef struct sh_env {
-	mfs_mock_broker_t *mb;
-	const char *bs; /* the cluster's bootstrap servers */
+	mfs_mock_broker_t *mb; /* NULL on a real broker */
+	const char *bs;        /* the cluster's bootstrap servers */
+	char bsbuf[128];
+	char topic[160];       /* the topic's name on this broker */
 	char dir[300], snap[320], log[320];
 } sh_env_t;
 
-/* @return 0 when ready; else -1, the failure already asserted. Close with sh_env_close. */
+/* Is this run against the real broker (MFS_TEST_BROKER=kafka)? */
+static int sh_real(void)
+{
+	const char *b = getenv("MFS_TEST_BROKER");
+	return b && strcmp(b, "kafka") == 0;
+}
+
+/* The real broker's address from the fixture's state file; exits 77 (skip) with its reason
+ * when the fixture found none. */
+static void sh_real_bootstrap(char *out, size_t size)
+{
+	const char *dir = getenv("MFS_KAFKA_FIXTURE");
+	char path[512], line[256] = "";
+	snprintf(path, sizeof path, "%s/state", dir ? dir : "");
+	FILE *f = dir ? fopen(path, "r") : NULL;
+	if (f) {
+		if (!fgets(line, sizeof line, f))
+			line[0] = '\0';
+		fclose(f);
+	}
+	line[strcspn(line, "\n")] = '\0';
+	if (strncmp(line, "up ", 3) != 0)
+		TEST_SKIP("real Kafka broker: %s", *line ? line : "no fixture state (MFS_KAFKA_FIXTURE unset or not started)");
+	snprintf(out, size, "%s", line + 3);
+}
+
+/* Create topic with parts partitions (replication 1) on a real broker and wait until every
+ * partition has a leader. @return 0, or -1 after a failed check. */
+static int sh_real_create_topic(const char *bs, const char *topic, int parts)
+{
+	char e[512];
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, e, sizeof e);
+	TEST_ASSERT_MSG(rk != NULL, "%s", e);
+	if (!rk)
+		return -1;
+	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, parts, 1, e, sizeof e);
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
+	int rc = -1;
+	if (ev && !rd_kafka_event_error(ev)) {
+		size_t n = 0;
+		const rd_kafka_topic_result_t **res = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+		rc = n == 1 && rd_kafka_topic_result_error(res[0]) == 0 ? 0 : -1;
+		TEST_ASSERT_MSG(rc == 0, "create topic %s: %s", topic,
+		                n ? rd_kafka_topic_result_error_string(res[0]) : "no result");
+	} else {
+		TEST_ASSERT_MSG(0, "create topic %s: %s", topic, ev ? rd_kafka_event_error_string(ev) : "no answer in 60 s");
+	}
+	if (ev)
+		rd_kafka_event_destroy(ev);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_NewTopic_destroy(nt);
+	/* the topic exists once every partition has a leader in the metadata */
+	double end = mfs_now_s() + 60;
+	int led = 0;
+	while (rc == 0 && !led && mfs_now_s() < end) {
+		rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+		const struct rd_kafka_metadata *md = NULL;
+		if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0 && md->topic_cnt == 1 && !md->topics[0].err &&
+		    md->topics[0].partition_cnt == parts) {
+			led = 1;
+			for (int p = 0; p < parts; p++)
+				led &= md->topics[0].partitions[p].leader >= 0;
+		}
+		if (md)
+			rd_kafka_metadata_destroy(md);
+		rd_kafka_topic_destroy(rkt);
+		if (!led)
+			nanosleep(&(struct timespec){0, 100 * 1000000}, NULL);
+	}
+	TEST_ASSERT_MSG(rc != 0 || led, "topic %s: partitions without a leader after 60 s", topic);
+	rd_kafka_destroy(rk);
+	return rc == 0 && led ? 0 : -1;
+}
+
+/* A real broker of the test's own (one it may kill): ../shared/kafka/broker.sh (MFS_KAFKA_HOME
+ * overrides) in dir. Exits 77 (skip) where there is no broker or no Java; a broker that is there
+ * but does not start is a failed check. @return 0 with its address in bs, else -1. */
+static int sh_own_broker(const char *dir, char *bs, size_t size)
+{
+	const char *home = getenv("MFS_KAFKA_HOME"), *src = getenv("MFS_SRC_DIR");
+	char sh[512], cmd[1200];
+	if (home && *home)
+		snprintf(sh, sizeof sh, "%s/broker.sh", home);
+	else
+		snprintf(sh, sizeof sh, "%s/../shared/kafka/broker.sh", src && *src ? src : ".");
+	if (access(sh, X_OK) != 0)
+		TEST_SKIP("real Kafka broker: no %s (../shared/kafka beside the checkout)", sh);
+	if (system("command -v java >/dev/null 2>&1") != 0)
+		TEST_SKIP("real Kafka broker: no Java runtime (apt-get install openjdk-17-jre-headless)");
+	snprintf(cmd, sizeof cmd, "'%s' start '%s' 2>&1", sh, dir);
+	FILE *p = popen(cmd, "r");
+	char line[256] = "";
+	while (p && fgets(line, sizeof line, p))
+		;
+	int rc = p ? pclose(p) : -1;
+	line[strcspn(line, "\n")] = '\0';
+	TEST_ASSERT_MSG(rc == 0 && strncmp(line, "127.0.0.1:", 10) == 0, "broker.sh start: %s", line);
+	snprintf(bs, size, "%s", line);
+	return rc == 0 ? 0 : -1;
+}
+
+/* broker.sh VERB dir (kill, wipe) on a broker of sh_own_broker; "restart": bring it back and
+ * wait for partition leaders (tests/kafka/restart.sh). @return the exit status. */
+static int sh_own_broker_do(const char *dir, const char *verb)
+{
+	const char *home = getenv("MFS_KAFKA_HOME"), *src = getenv("MFS_SRC_DIR");
+	char sh[600], cmd[1600];
+	if (home && *home)
+		snprintf(sh, sizeof sh, "%s/broker.sh", home);
+	else
+		snprintf(sh, sizeof sh, "%s/../shared/kafka/broker.sh", src && *src ? src : ".");
+	if (strcmp(verb, "restart") == 0)
+		snprintf(cmd, sizeof cmd, "bash '%s/tests/kafka/restart.sh' '%s' '%s' 180 >/dev/null 2>&1",
+		         src && *src ? src : ".", sh, dir);
+	else
+		snprintf(cmd, sizeof cmd, "'%s' %s '%s' >/dev/null 2>&1", sh, verb, dir);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A topic of parts partitions named after base: base itself on the mock cluster, a name of its
+ * own on the real broker. @return 0, or -1 after a failed check. */
+static int sh_env_topic(sh_env_t *v, const char *base, int parts, char *name, size_t size)
+{
+	static unsigned seq;
+	char e[512];
+	if (!v->mb) {
+		snprintf(name, size, "%s-%d-%u", base, (int)getpid(), seq++);
+		return sh_real_create_topic(v->bs, name, parts);
+	}
+	snprintf(name, size, "%s", base);
+	int rc = mfs_mock_broker_create_topic(v->mb, base, parts, e, sizeof e);
+	TEST_ASSERT_MSG(rc == 0, "%s", e);
+	return rc ? -1 : 0;
+}
+
+/* brokers: the mock cluster's size (the real broker is one). The topic's name is v->topic.
+ * @return 0 when ready; else -1, the failure already asserted. Close with sh_env_close. */
 static int sh_env_open(sh_env_t *v, int brokers, const char *topic, int parts)
 {
 	char e[512];
 	memset(v, 0, sizeof *v);
-	TEST_OK(mfs_mock_broker_open(brokers, &v->mb, e, sizeof e));
-	if (!v->mb)
+	if (sh_real()) {
+		sh_real_bootstrap(v->bsbuf, sizeof v->bsbuf);
+		v->bs = v->bsbuf;
+	} else {
+		TEST_OK(mfs_mock_broker_open(brokers, &v->mb, e, sizeof e));
+		if (!v->mb)
+			return -1;
+		v->bs = mfs_mock_broker_bootstraps(v->mb);
+	}
+	if (sh_env_topic(v, topic, parts, v->topic, sizeof v->topic))
 		return -1;
-	v->bs = mfs_mock_broker_bootstraps(v->mb);
-	TEST_OK(mfs_mock_broker_create_topic(v->mb, topic, parts, e, sizeof e));
 	snprintf(v->dir, sizeof v->dir, "%s", test_tmpdir());
 	snprintf(v->snap, sizeof v->snap, "%s/snap", v->dir);
 	snprintf(v->log, sizeof v->log, "%s/serve.log", v->dir);
 	return 0;
 }
 
-static void sh_env_close(sh_env_t *v) { mfs_mock_broker_close(v->mb); }
+static void sh_env_close(sh_env_t *v)
+{
+	if (v->mb)
+		mfs_mock_broker_close(v->mb);
+}
 
 /* The engine sh_spawn runs serve with (MFS_TEST_ENGINE, default cpu) and the k it passes:
  * the CUDA engine needs a multiple of 32. */

@@ -31,6 +31,7 @@ static void test_backpressure(void)
 	const char *topic = "ratings-bp";
 	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 11);
 	/* 512-event batches, 15 ms each, through a 2-slot ring: the topic is consumed far faster

@@ -38,6 +38,7 @@ static void test_faults(void)
 	const char *topic = "ratings-faults";
 	if (sh_env_open(&v, 3, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	rd_kafka_mock_cluster_t *mc = mfs_mock_broker_cluster(v.mb);
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N1, 7);

@@ -39,6 +39,7 @@ static void test_kill9_exactly_once(void)
 	const char *topic = "ratings-k9";
 	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	unsigned seed = (unsigned)time(NULL);
 	srand(seed);

@@ -18,7 +18,7 @@
 #define N_EVENTS 50000
 
 /* The dead-letter topic holds each invalid message once, raw, with header mfs.reason. */
-static void check_dead_letters(const char *bs)
+static void check_dead_letters(const char *bs, const char *dlq)
 {
 	char e[512];
 	rd_kafka_conf_t *kc;
@@ -31,7 +31,7 @@ static void check_dead_letters(const char *bs)
 		return;
 	rd_kafka_poll_set_consumer(rk);
 	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(tp, "dead-letters", 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_topic_partition_list_add(tp, dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	TEST_OK(rd_kafka_assign(rk, tp));
 	rd_kafka_topic_partition_list_destroy(tp);
 	int seen[SH_N_BAD] = {0}, n = 0;
@@ -156,14 +156,17 @@ static void test_serve_exactly_once(void)
 	const char *topic = "ratings";
 	if (sh_env_open(&v, 3, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
-	TEST_OK(mfs_mock_broker_create_topic(v.mb, "dead-letters", 1, e, sizeof e));
+	char dlq[160];
+	if (sh_env_topic(&v, "dead-letters", 1, dlq, sizeof dlq))
+		return;
 	uint64_t n = sh_produce_valid(bs, topic, N_EVENTS, 11);
 	TEST_EQ_INT(n, N_EVENTS);
 	sh_produce_bad(bs, topic, N_PARTS);
 
 	double t0 = mfs_now_s();
-	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, "dead-letters", NULL);
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-serve", log, dlq, NULL);
 	int died;
 	sh_snap_t s = sh_wait_events(snap, pid, n, 90, &died);
 	TEST_ASSERT_MSG(!died, "serve exited early (log %s)", log);
@@ -198,7 +201,7 @@ static void test_serve_exactly_once(void)
 		                s.off[p], hi[p]);
 	}
 
-	check_dead_letters(bs);
+	check_dead_letters(bs, dlq);
 
 	/* restart on the same snapshot (another group: committed offsets must not matter) */
 	uint64_t seq = s.seq;

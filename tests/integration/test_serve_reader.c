@@ -148,6 +148,7 @@ static void test_reader_sees_whole_snapshots(void)
 	const char *topic = "ratings-reader";
 	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	char looks[320];
 	snprintf(looks, sizeof looks, "%s/looks.bin", v.dir);

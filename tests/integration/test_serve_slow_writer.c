@@ -20,6 +20,7 @@ static void test_slow_writer(void)
 	const char *topic = "ratings-sw";
 	if (sh_env_open(&v, 1, topic, N_PARTS))
 		return;
+	topic = v.topic; /* its name on this broker */
 	const char *bs = v.bs, *snap = v.snap, *log = v.log;
 	uint64_t total = sh_produce_valid(bs, topic, N_EVENTS, 17);
 	TEST_EQ_INT(total, N_EVENTS);
