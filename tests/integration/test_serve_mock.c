@@ -64,8 +64,10 @@ static void check_dead_letters(const char *bs, const char *dlq)
 	rd_kafka_destroy(rk);
 }
 
-/* Scrape /metrics while the service runs: the counters equal what was produced and rejected. */
-static void check_metrics(const char *log, uint64_t n)
+/* Scrape /metrics while the service runs: the counters equal what was produced and rejected,
+ * and once the topic is consumed every partition's lag reaches 0 (the gauge follows the
+ * client's cached high watermarks, refreshed about once a second). */
+static void check_metrics(const char *log, uint64_t n, const char *topic)
 {
 	int port = sh_logged_port(log);
 	TEST_ASSERT_MSG(port > 0, "no metrics port in %s", log);
@@ -104,6 +106,20 @@ static void check_metrics(const char *log, uint64_t n)
 		sum += v;
 	}
 	TEST_ASSERT_MSG(sum <= up + 0.05 && sum >= 0.25 * up, "learner phases sum to %g s in %g s up", sum, up);
+	double end = mfs_now_s() + 30, lag = -1;
+	for (;;) {
+		lag = 0;
+		for (int p = 0; p < N_PARTS && lag >= 0; p++) {
+			char series[256];
+			snprintf(series, sizeof series, "mfstream_consumer_lag_messages{topic=\"%s\",partition=\"%d\"}", topic, p);
+			double v = sh_metric(body, series);
+			lag = v < 0 ? -1 : lag + v;
+		}
+		if (lag == 0 || mfs_now_s() > end || sh_http_get(port, "/metrics", body, sizeof body) != 200)
+			break;
+		nanosleep(&(struct timespec){0, 100 * 1000000}, NULL);
+	}
+	TEST_ASSERT_MSG(lag == 0, "consumer lag %g after the topic was consumed (-1: a partition without the gauge)", lag);
 	fprintf(stderr, "  /metrics: %g events applied, %g messages consumed, snapshot age %g s, learner phases %.2f s of %.2f s up\n",
 	        sh_metric(body, "mfstream_events_applied_total"), sh_metric(body, "mfstream_messages_consumed_total"),
 	        sh_metric(body, "mfstream_snapshot_age_seconds"), sum, up);
@@ -184,7 +200,7 @@ static void test_serve_exactly_once(void)
 		if (!covered)
 			nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
 	}
-	check_metrics(log, n);
+	check_metrics(log, n, topic);
 	TEST_EQ_INT(sh_stop(pid, 30), 0);
 	sh_watermarks(bs, topic, N_PARTS, lo, hi);
 	s = sh_read(snap);
