@@ -3,9 +3,16 @@
  * The path is the service's, minus Kafka: ingest (file reader) -> model_store (ids to rows)
  * -> engine (epochs of SGD, full-pass loss, learning-rate controller) -> snapshots (one LMDB
  * write transaction). Progress is a table on stdout, one row per epoch; logs go to stderr.
+ *
+ * Hygiene: early stopping and the choice of the model kept look at a validation set carved from
+ * the training file (train.validation_fraction), never at the test; the test (a file, read
+ * only after training, or the share held out of the input) is scored once, at the end, on the
+ * model kept.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,6 +60,59 @@ static void fmt_eta(char *buf, size_t n, double s)
 		snprintf(buf, n, "%.1fh", s / 3600);
 }
 
+/* A copy of the host model's values (the best epoch's, for model selection). */
+typedef struct saved_model {
+	float *P, *Q, *bu, *bi;
+	size_t np, nq, nbu, nbi;
+} saved_model_t;
+
+static int save_model(saved_model_t *s, const mfs_model_t *m)
+{
+	const size_t np = (size_t)m->n_users * (size_t)m->k, nq = (size_t)m->n_items * (size_t)m->k;
+	if (!s->P && (!(s->P = malloc(np * sizeof *s->P)) || !(s->Q = malloc(nq * sizeof *s->Q)) ||
+	              !(s->bu = malloc(m->n_users * sizeof *s->bu)) || !(s->bi = malloc(m->n_items * sizeof *s->bi))))
+		return ENOMEM;
+	memcpy(s->P, m->P, np * sizeof *s->P);
+	memcpy(s->Q, m->Q, nq * sizeof *s->Q);
+	memcpy(s->bu, m->bu, m->n_users * sizeof *s->bu);
+	memcpy(s->bi, m->bi, m->n_items * sizeof *s->bi);
+	s->np = np, s->nq = nq, s->nbu = m->n_users, s->nbi = m->n_items;
+	return 0;
+}
+
+static void restore_model(const saved_model_t *s, mfs_model_t *m)
+{
+	memcpy(m->P, s->P, s->np * sizeof *s->P);
+	memcpy(m->Q, s->Q, s->nq * sizeof *s->Q);
+	memcpy(m->bu, s->bu, s->nbu * sizeof *s->bu);
+	memcpy(m->bi, s->bi, s->nbi * sizeof *s->bi);
+}
+
+static void free_saved(saved_model_t *s)
+{
+	free(s->P);
+	free(s->Q);
+	free(s->bu);
+	free(s->bi);
+}
+
+/* RMSE/MAE of ratings r against the host model (a CPU engine over m's own arrays, so the score
+ * is the same whatever engine trained it). */
+static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, char *err, size_t es)
+{
+	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .seed = 1};
+	mfs_engine_t *e = NULL;
+	mfs_resident_t *res = NULL;
+	mfs_batch_t b = mfs_ratings_batch(r);
+	int rc = mfs_engine_open(&ec, m, &e, err, es);
+	if (!rc && !(rc = mfs_engine_resident_load(e, &b, &res)))
+		rc = mfs_engine_loss_resident(e, res, out);
+	if (e)
+		mfs_engine_resident_free(e, res);
+	mfs_engine_close(e);
+	return rc;
+}
+
 int mfs_cmd_train(int argc, char **argv)
 {
 	mfs_conf_t c;
@@ -64,9 +124,10 @@ int mfs_cmd_train(int argc, char **argv)
 	char err[1024] = "";
 	mfs_model_t *m = NULL;
 	mfs_engine_t *e = NULL;
-	mfs_resident_t *strain = NULL, *stest = NULL;
+	mfs_resident_t *strain = NULL, *svalid = NULL;
 	mfs_snap_writer_t *w = NULL;
-	mfs_ratings_t train = {0}, test = {0};
+	mfs_ratings_t train = {0}, test = {0}, valid = {0};
+	saved_model_t best_model = {0};
 
 	if (!*c.train_input) {
 		fprintf(stderr, "mfstream train: --input FILE (train.input) is required\n");
@@ -87,26 +148,27 @@ int mfs_cmd_train(int argc, char **argv)
 		goto out;
 	}
 
-	/* ingest -> model_store */
+	/* ingest -> model_store: training (and validation, and the held-out test share when there is
+	 * no test file); a test file is read only after training, so nothing of it can steer it */
+	const int test_file = *c.train_test != '\0';
 	mfs_load_opts_t lo = {
 		.file = {.format = c.input_format, .fail_on_error = c.input_on_error == 1,
 		         .rating_min = c.rating_min, .rating_max = c.rating_max, .max_reported = 10},
-		.test_fraction = *c.train_test ? 0.0 : c.train_test_fraction,
+		.test_fraction = test_file ? 0.0 : c.train_test_fraction,
+		.valid_fraction = c.train_validation_fraction,
 		.split_seed = (uint64_t)c.train_split_seed,
 	};
 	mfs_rfile_stats_t st_train, st_test;
 	double t_load = mfs_now_s();
-	rc = mfs_dataset_load(m, c.train_input, *c.train_test ? c.train_test : NULL, &lo, &train, &test, &st_train,
-	                      &st_test, err, sizeof err);
+	rc = mfs_dataset_load(m, c.train_input, NULL, &lo, &train, &test, &valid, &st_train, &st_test, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "mfstream train: %s\n", *err ? err : mfs_strerror(rc));
 		goto out;
 	}
 	t_load = mfs_now_s() - t_load;
-	mfs_info("train", "msg=\"data loaded\" file=%s format=%s lines=%llu train=%zu test=%zu rejected=%llu users=%u items=%u mu=%.4f seconds=%.2f",
-	         c.train_input, mfs_rfmt_name(st_train.format), (unsigned long long)st_train.lines, train.n, test.n,
-	         (unsigned long long)(st_train.rejected + (*c.train_test ? st_test.rejected : 0)), m->n_users, m->n_items,
-	         m->mu, t_load);
+	mfs_info("train", "msg=\"data loaded\" file=%s format=%s lines=%llu train=%zu validation=%zu test=%zu rejected=%llu users=%u items=%u mu=%.4f seconds=%.2f",
+	         c.train_input, mfs_rfmt_name(st_train.format), (unsigned long long)st_train.lines, train.n, valid.n,
+	         test.n, (unsigned long long)st_train.rejected, m->n_users, m->n_items, m->mu, t_load);
 
 	/* engine */
 	mfs_engine_conf_t ec;
@@ -121,22 +183,24 @@ int mfs_cmd_train(int argc, char **argv)
 	mfs_lr_init(&lr, &lc);
 	mfs_hparams_t hp;
 	mfs_hparams_from(&c, lr.lr, &hp);
-	mfs_batch_t bt = mfs_ratings_batch(&train), bs = mfs_ratings_batch(&test);
+	mfs_batch_t bt = mfs_ratings_batch(&train), bv = mfs_ratings_batch(&valid);
 	if ((rc = mfs_engine_set_hparams(e, &hp)) || (rc = mfs_engine_resident_load(e, &bt, &strain)) ||
-	    (test.n && (rc = mfs_engine_resident_load(e, &bs, &stest)))) {
+	    (valid.n && (rc = mfs_engine_resident_load(e, &bv, &svalid)))) {
 		fprintf(stderr, "mfstream train: engine: %s\n", mfs_strerror(rc));
 		goto out;
 	}
 
-	printf("mfstream train: %zu train / %zu test ratings, %u users x %u items, k=%d, engine=%s, lr=%g (%s)\n",
-	       train.n, test.n, m->n_users, m->n_items, m->k, mfs_engine_name(e), lr.lr,
+	printf("mfstream train: %zu train / %zu validation / %s ratings, %u users x %u items, k=%d, engine=%s, lr=%g (%s)\n",
+	       train.n, valid.n, test_file ? "a test file of" : "", m->n_users, m->n_items, m->k, mfs_engine_name(e), lr.lr,
 	       mfs_conf_enum_name("lr.schedule", c.lr_schedule));
-	printf("%5s %8s %10s %10s %10s %10s %10s %8s\n", "epoch", "time_s", "updates/s", "train_rmse", "test_rmse",
-	       "test_mae", "lr", "eta");
+	if (!test_file)
+		printf("(%zu ratings held out for the test at the end)\n", test.n);
+	printf("%5s %8s %10s %10s %10s %10s %8s\n", "epoch", "time_s", "updates/s", "train_rmse", "valid_rmse", "lr",
+	       "eta");
 	fflush(stdout);
 
-	double t_train = 0, best = INFINITY, last_train = NAN;
-	mfs_loss_t lt = {0}, ls = {0};
+	double t_train = 0, best = INFINITY, last_train = NAN, best_loss_train = NAN;
+	mfs_loss_t lt = {0}, lv = {0};
 	int best_epoch = 0, bad = 0, epochs = 0;
 	for (int ep = 1; ep <= c.train_epochs; ep++) {
 		double t0 = mfs_now_s();
@@ -147,7 +211,7 @@ int mfs_cmd_train(int argc, char **argv)
 		double dt = mfs_now_s() - t0;
 		t_train += dt;
 		epochs = ep;
-		if ((rc = mfs_engine_loss_resident(e, strain, &lt)) || (stest && (rc = mfs_engine_loss_resident(e, stest, &ls)))) {
+		if ((rc = mfs_engine_loss_resident(e, strain, &lt)) || (svalid && (rc = mfs_engine_loss_resident(e, svalid, &lv)))) {
 			fprintf(stderr, "mfstream train: loss pass: %s\n", mfs_strerror(rc));
 			goto out;
 		}
@@ -161,35 +225,57 @@ int mfs_cmd_train(int argc, char **argv)
 		mfs_hparams_from(&c, mfs_lr_update(&lr, lt.rmse), &hp);
 		if ((rc = mfs_engine_set_hparams(e, &hp)))
 			goto out;
-		char rate[32], eta[32], trs[16], tes[16], tem[16];
+		char rate[32], eta[32], trs[16], vas[16];
 		fmt_rate(rate, sizeof rate, (double)train.n / dt);
 		fmt_eta(eta, sizeof eta, t_train / ep * (c.train_epochs - ep));
 		snprintf(trs, sizeof trs, "%.4f", lt.rmse);
-		snprintf(tes, sizeof tes, stest ? "%.4f" : "-", ls.rmse);
-		snprintf(tem, sizeof tem, stest ? "%.4f" : "-", ls.mae);
-		printf("%5d %8.2f %10s %10s %10s %10s %10.3g %8s\n", ep, dt, rate, trs, tes, tem, used_lr, eta);
+		snprintf(vas, sizeof vas, svalid ? "%.4f" : "-", lv.rmse);
+		printf("%5d %8.2f %10s %10s %10s %10.3g %8s\n", ep, dt, rate, trs, vas, used_lr, eta);
 		fflush(stdout);
-		if (stest) {
-			if (ls.rmse < best - 1e-6) {
-				best = ls.rmse;
+		if (svalid) { /* model selection and early stopping on validation, never on the test */
+			if (lv.rmse < best - 1e-6) {
+				best = lv.rmse;
 				best_epoch = ep;
+				best_loss_train = lt.rmse;
 				bad = 0;
+				if ((rc = mfs_engine_sync(e)) || (rc = save_model(&best_model, m))) {
+					fprintf(stderr, "mfstream train: keeping the best model: %s\n", mfs_strerror(rc));
+					goto out;
+				}
 			} else if (c.train_patience && ++bad >= c.train_patience) {
-				printf("early stop: test RMSE has not improved for %d epochs (best %.4f at epoch %d)\n", bad, best,
-				       best_epoch);
+				printf("early stop: validation RMSE has not improved for %d epochs (best %.4f at epoch %d)\n", bad,
+				       best, best_epoch);
 				break;
 			}
 		}
 	}
 	if ((rc = mfs_engine_sync(e)))
 		goto out;
+	if (best_model.P && best_epoch != epochs) { /* the best validation epoch's model is the one kept */
+		restore_model(&best_model, m);
+		last_train = best_loss_train;
+	}
 
 	printf("done: %d epochs, %.2f s training, %s updates/s, train RMSE %.4f", epochs, t_train,
 	       (fmt_rate(err, sizeof err, (double)train.n * epochs / (t_train > 0 ? t_train : 1)), err), last_train);
-	if (stest)
-		printf(", test RMSE %.4f MAE %.4f (best %.4f at epoch %d)", ls.rmse, ls.mae, best, best_epoch);
+	if (svalid)
+		printf(", validation RMSE %.4f (the model of epoch %d)", best, best_epoch);
 	printf("\n");
 	err[0] = '\0';
+	/* the test, once, at the end, on the model kept */
+	if (test_file && (rc = mfs_dataset_load_test(m, c.train_test, &lo, &test, &st_test, err, sizeof err))) {
+		fprintf(stderr, "mfstream train: %s\n", *err ? err : mfs_strerror(rc));
+		goto out;
+	}
+	if (test.n) {
+		mfs_loss_t ls;
+		if ((rc = score_host(m, &test, &ls, err, sizeof err))) {
+			fprintf(stderr, "mfstream train: test: %s\n", *err ? err : mfs_strerror(rc));
+			goto out;
+		}
+		printf("test: %zu ratings, test RMSE %.4f MAE %.4f\n", test.n, ls.rmse, ls.mae);
+	}
+	fflush(stdout);
 
 	/* snapshots */
 	if (*c.snapshot_dir) {
@@ -216,10 +302,12 @@ out:
 	mfs_snap_writer_close(w);
 	if (e) {
 		mfs_engine_resident_free(e, strain);
-		mfs_engine_resident_free(e, stest);
+		mfs_engine_resident_free(e, svalid);
 	}
 	mfs_engine_close(e);
+	free_saved(&best_model);
 	mfs_ratings_free(&train);
+	mfs_ratings_free(&valid);
 	mfs_ratings_free(&test);
 	mfs_model_free(m);
 	mfs_conf_free(&c);

@@ -94,12 +94,12 @@ static void ratings_trim(mfs_ratings_t *rs)
 
 typedef struct load_ctx {
 	mfs_model_t *m;
-	mfs_ratings_t *train, *test;
-	int split;              /* holding out a fraction of the training file */
-	double frac;
+	mfs_ratings_t *train, *test, *valid;
+	int split;              /* holding out a fraction of the training file for testing */
+	double frac, vfrac;     /* test and validation fractions */
 	uint64_t seed;
 	uint64_t n;             /* accepted ratings so far: the split's rating number */
-	mfs_idmap_t *pend_u;    /* ids of held-out ratings, resolved after the file */
+	mfs_idmap_t *pend_u;    /* ids of held-out ratings (test and validation), resolved after the file */
 	mfs_idmap_t *pend_i;
 	const char *path;
 	char *errstr;
@@ -120,13 +120,18 @@ static int cb_train(void *ctx, const mfs_id_t *user, const mfs_id_t *item, float
 	uint32_t u, i;
 	int rc;
 	(void)ts;
-	if (c->split && (double)mfs_mix64(c->seed, n) * 0x1p-64 < c->frac) {
+	mfs_ratings_t *held = NULL;
+	if (c->split && (double)mfs_mix64(c->seed, n) * 0x1p-64 < c->frac)
+		held = c->test;
+	else if (c->vfrac > 0 && (double)mfs_mix64(c->seed + 1, n) * 0x1p-64 < c->vfrac)
+		held = c->valid;
+	if (held) { /* rows resolved after the file: ids training never sees get MFS_ROW_NONE */
 		int added;
 		if ((rc = mfs_idmap_get_or_add(c->pend_u, user, &u, &added)) ||
 		    (rc = mfs_idmap_get_or_add(c->pend_i, item, &i, &added)))
-			return cb_fail(c, rc, line, "test id");
-		if ((rc = mfs_ratings_push(c->test, u, i, rating)))
-			return cb_fail(c, rc, line, "test set");
+			return cb_fail(c, rc, line, "held-out id");
+		if ((rc = mfs_ratings_push(held, u, i, rating)))
+			return cb_fail(c, rc, line, held == c->test ? "test set" : "validation set");
 		return 0;
 	}
 	if ((rc = mfs_model_user_row(c->m, user, &u)))
@@ -166,7 +171,7 @@ static int remap_pending(const mfs_idmap_t *pend, const mfs_idmap_t *model, uint
 }
 
 int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_path,
-                     const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test,
+                     const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test, mfs_ratings_t *valid,
                      mfs_rfile_stats_t *train_stats, mfs_rfile_stats_t *test_stats, char *errstr,
                      size_t errstr_size)
 {
@@ -177,23 +182,27 @@ int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_pa
 		test_stats = &te_local;
 	memset(train, 0, sizeof *train);
 	memset(test, 0, sizeof *test);
+	if (valid)
+		memset(valid, 0, sizeof *valid);
 	memset(test_stats, 0, sizeof *test_stats);
-	if (!m || !train_path || !opts)
-		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "dataset load: missing model, path or options");
+	if (!m || !train_path || !opts || (opts->valid_fraction > 0 && !valid))
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "dataset load: missing model, path, options or validation set");
 
 	load_ctx_t c;
 	memset(&c, 0, sizeof c);
 	c.m = m;
 	c.train = train;
 	c.test = test;
+	c.valid = valid;
 	c.split = !test_path && opts->test_fraction > 0;
 	c.frac = opts->test_fraction;
+	c.vfrac = opts->valid_fraction;
 	c.seed = opts->split_seed;
 	c.path = train_path;
 	c.errstr = errstr;
 	c.errstr_size = errstr_size;
 	int rc = 0;
-	if (c.split && ((rc = mfs_idmap_init(&c.pend_u)) || (rc = mfs_idmap_init(&c.pend_i)))) {
+	if ((c.split || c.vfrac > 0) && ((rc = mfs_idmap_init(&c.pend_u)) || (rc = mfs_idmap_init(&c.pend_i)))) {
 		mfs_errf(errstr, errstr_size, rc, "dataset load: %s", mfs_strerror(rc));
 		goto fail;
 	}
@@ -206,9 +215,11 @@ int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_pa
 		              (unsigned long long)train_stats->rejected);
 		goto fail;
 	}
-	if (c.split) {
+	if (c.pend_u) {
 		if ((rc = remap_pending(c.pend_u, m->users, test->u, test->n)) ||
-		    (rc = remap_pending(c.pend_i, m->items, test->i, test->n))) {
+		    (rc = remap_pending(c.pend_i, m->items, test->i, test->n)) ||
+		    (valid && (rc = remap_pending(c.pend_u, m->users, valid->u, valid->n))) ||
+		    (valid && (rc = remap_pending(c.pend_i, m->items, valid->i, valid->n)))) {
 			mfs_errf(errstr, errstr_size, rc, "dataset load: %s", mfs_strerror(rc));
 			goto fail;
 		}
@@ -222,10 +233,12 @@ int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_pa
 	mfs_model_observe(m, train->sum, train->n);
 	ratings_trim(train);
 	ratings_trim(test);
+	if (valid)
+		ratings_trim(valid);
 	mfs_idmap_free(c.pend_u);
 	mfs_idmap_free(c.pend_i);
-	mfs_info("ingest", "msg=\"dataset loaded\" train=%zu test=%zu users=%u items=%u mu=%.6f rejected=%llu",
-	         train->n, test->n, m->n_users, m->n_items, m->mu,
+	mfs_info("ingest", "msg=\"dataset loaded\" train=%zu validation=%zu test=%zu users=%u items=%u mu=%.6f rejected=%llu",
+	         train->n, valid ? valid->n : 0, test->n, m->n_users, m->n_items, m->mu,
 	         (unsigned long long)(train_stats->rejected + test_stats->rejected));
 	return 0;
 fail:
@@ -233,5 +246,34 @@ fail:
 	mfs_idmap_free(c.pend_i);
 	mfs_ratings_free(train);
 	mfs_ratings_free(test);
+	if (valid)
+		mfs_ratings_free(valid);
 	return rc;
+}
+
+int mfs_dataset_load_test(const mfs_model_t *m, const char *path, const mfs_load_opts_t *opts, mfs_ratings_t *out,
+                          mfs_rfile_stats_t *stats, char *errstr, size_t errstr_size)
+{
+	mfs_rfile_stats_t local;
+	if (!stats)
+		stats = &local;
+	memset(out, 0, sizeof *out);
+	if (!m || !path || !opts)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "test load: missing model, path or options");
+	load_ctx_t c;
+	memset(&c, 0, sizeof c);
+	c.m = (mfs_model_t *)(uintptr_t)m; /* cb_test only looks rows up */
+	c.test = out;
+	c.path = path;
+	c.errstr = errstr;
+	c.errstr_size = errstr_size;
+	int rc = mfs_rfile_read(path, &opts->file, cb_test, &c, stats, errstr, errstr_size);
+	if (rc) {
+		mfs_ratings_free(out);
+		return rc;
+	}
+	ratings_trim(out);
+	mfs_info("ingest", "msg=\"test file read\" file=%s test=%zu rejected=%llu", path, out->n,
+	         (unsigned long long)stats->rejected);
+	return 0;
 }

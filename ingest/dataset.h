@@ -1,9 +1,11 @@
 /* dataset.h - ratings loaded into memory as dense rows, and the train/test split.
  *
- * The loader maps ids through the model (model_store): training ratings add rows; test
- * ratings only look rows up, and an id never seen in training gets MFS_ROW_NONE (scored
- * with the fallback mu + known biases). The split is deterministic: rating number n goes to
- * the test set when mix64(seed, n) / 2^64 < test_fraction.
+ * The loader maps ids through the model (model_store): training ratings add rows; test and
+ * validation ratings only look rows up, and an id never seen in training gets MFS_ROW_NONE
+ * (scored with the fallback mu + known biases). The splits are deterministic: rating number n
+ * goes to the test set when mix64(seed, n) / 2^64 < test_fraction, else to the validation set
+ * when mix64(seed + 1, n) / 2^64 < valid_fraction, else to training. mu is the mean of the
+ * training ratings alone.
  */
 #ifndef MFS_DATASET_H
 #define MFS_DATASET_H
@@ -33,17 +35,24 @@ void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed);
 
 typedef struct mfs_load_opts {
 	mfs_rfile_opts_t file;
-	double test_fraction; /* used when there is no separate test file */
+	double test_fraction;  /* used when there is no separate test file */
+	double valid_fraction; /* of what is not test: the validation set (early stopping, model selection) */
 	uint64_t split_seed;
 } mfs_load_opts_t;
 
-/** Load train_path (and test_path, if not NULL) into train/test. Training ids are added to
- *  the model; the model's mu is set to the training mean.
- *  train and test are outputs: zeroed on entry, freed on failure.
+/** Load train_path (and test_path, if not NULL) into train/test (and valid). Training ids are
+ *  added to the model; the model's mu is set to the training mean.
+ *  train, test and valid are outputs: zeroed on entry, freed on failure; valid may be NULL
+ *  when opts->valid_fraction is 0.
  *  @return as mfs_rfile_read, or MFS_EEMPTY when no training rating was accepted. */
 int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_path,
-                     const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test,
+                     const mfs_load_opts_t *opts, mfs_ratings_t *train, mfs_ratings_t *test, mfs_ratings_t *valid,
                      mfs_rfile_stats_t *train_stats, mfs_rfile_stats_t *test_stats, char *errstr,
                      size_t errstr_size);
+/** Read a separate test file after training: rows are looked up in m (MFS_ROW_NONE for ids
+ *  training never saw), nothing is added. out is zeroed on entry, freed on failure.
+ *  @return as mfs_rfile_read. */
+int mfs_dataset_load_test(const mfs_model_t *m, const char *path, const mfs_load_opts_t *opts, mfs_ratings_t *out,
+                          mfs_rfile_stats_t *stats, char *errstr, size_t errstr_size);
 
 #endif

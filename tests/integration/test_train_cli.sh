@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # End to end through the binary: gen -> train -> inspect / query / predict, plus the error
-# exits a user will meet (missing input, bad key, unavailable engine).
+# exits a user will meet (missing input, bad key, unavailable engine). Training hygiene: a test
+# file is read only after the last epoch; with a validation set, early stopping and the model
+# kept follow the validation RMSE, and the model kept is that epoch's.
 set -euo pipefail
 bin=${MFS_BIN:?}
 tmp=$(mktemp -d)
@@ -24,6 +26,34 @@ out2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 15 --engine cpu --deter
 	--train.patience 0 2>/dev/null)
 [ "$(echo "$out" | grep -E '^ +[0-9]+ ' | awk '{print $4, $5}')" = \
   "$(echo "$out2" | grep -E '^ +[0-9]+ ' | awk '{print $4, $5}')" ] || fail "deterministic runs differ"
+
+# --test FILE: read after the last epoch (its log line follows the table), scored once
+head -n 6000 "$tmp/r.tsv" >"$tmp/t.tsv"
+tail -n +6001 "$tmp/r.tsv" >"$tmp/tr.tsv"
+"$bin" train --input "$tmp/tr.tsv" --test "$tmp/t.tsv" --k 16 --epochs 5 --engine cpu --deterministic \
+	--log.level info >"$tmp/order" 2>&1 || { cat "$tmp/order"; fail "train --test failed"; }
+last_epoch=$(grep -nE '^ +5 ' "$tmp/order" | cut -d: -f1)
+read_at=$(grep -n 'msg="test file read"' "$tmp/order" | cut -d: -f1)
+[ -n "$last_epoch" ] && [ -n "$read_at" ] && [ "$read_at" -gt "$last_epoch" ] ||
+	{ cat "$tmp/order"; fail "the test file was read before the last epoch (line $read_at, epoch 5 at $last_epoch)"; }
+[ "$(grep -c 'test RMSE' "$tmp/order")" -eq 1 ] || fail "the test was not scored exactly once"
+grep -q "test: 6000 ratings" "$tmp/order" || fail "test set: $(grep 'test:' "$tmp/order")"
+
+# validation: early stopping on it, and the model kept is the best epoch's: training the same
+# split for exactly that many epochs gives the same test score
+v=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --engine cpu --deterministic \
+	--train.validation_fraction 0.1 --train.patience 3 2>/dev/null) || fail "train with validation failed"
+echo "$v" | grep -q "early stop: validation RMSE has not improved for 3 epochs" || fail "no early stop: $v"
+best=$(echo "$v" | sed -n 's/.*(the model of epoch \([0-9]*\)).*/\1/p')
+vbest=$(echo "$v" | sed -n 's/.*validation RMSE \([0-9.]*\) (the model.*/\1/p')
+[ -n "$best" ] && [ "$(echo "$v" | awk -v e="$best" '$1 == e { print $5 }')" = "$vbest" ] ||
+	fail "kept epoch $best: validation $vbest is not that epoch's row"
+last=$(echo "$v" | grep -E '^ +[0-9]+ ' | tail -1 | awk '{ print $1 }')
+[ "$best" -lt "$last" ] || fail "the best epoch $best is the last one ($last): nothing to select"
+t1=$(echo "$v" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
+t2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs "$best" --lr 0.1 --engine cpu --deterministic \
+	--train.validation_fraction 0.1 --train.patience 0 2>/dev/null | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
+[ -n "$t1" ] && [ "$t1" = "$t2" ] || fail "the model kept scores $t1 on the test, epoch $best's model $t2"
 
 "$bin" inspect --snapshot "$tmp/snap" | tee "$tmp/meta"
 grep -Eq '^k = 16$' "$tmp/meta" || fail "inspect: k"

@@ -90,7 +90,7 @@ static void test_split(void)
 	mfs_ratings_t tr, te;
 	mfs_rfile_stats_t ts, es;
 	char err[256];
-	TEST_OK(mfs_dataset_load(m, p, NULL, &o, &tr, &te, &ts, &es, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, &ts, &es, err, sizeof err));
 	TEST_EQ_INT(tr.n + te.n, N_RATINGS);
 	TEST_EQ_INT(ts.accepted, N_RATINGS);
 	/* exactly the documented rule, and near the fraction (4 sigma) */
@@ -136,7 +136,7 @@ static void test_split(void)
 	/* same seed, same split; another seed, another split */
 	mfs_model_t *m2 = new_model();
 	mfs_ratings_t tr2, te2;
-	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, NULL, err, sizeof err));
 	TEST_EQ_INT(te2.n, te.n);
 	TEST_ASSERT(te2.n == te.n && !memcmp(te2.u, te.u, te.n * 4) && !memcmp(te2.r, te.r, te.n * 4));
 	TEST_ASSERT(tr2.n == tr.n && !memcmp(tr2.i, tr.i, tr.n * 4));
@@ -145,7 +145,7 @@ static void test_split(void)
 	mfs_model_free(m2);
 	m2 = new_model();
 	o.split_seed = 6;
-	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, NULL, err, sizeof err));
 	TEST_ASSERT(te2.n != te.n || memcmp(te2.r, te.r, te.n * 4) != 0);
 	mfs_ratings_free(&tr2);
 	mfs_ratings_free(&te2);
@@ -153,7 +153,7 @@ static void test_split(void)
 	/* fraction 0: everything trains */
 	m2 = new_model();
 	o.test_fraction = 0;
-	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m2, p, NULL, &o, &tr2, &te2, NULL, NULL, NULL, err, sizeof err));
 	TEST_EQ_INT(tr2.n, N_RATINGS);
 	TEST_EQ_INT(te2.n, 0);
 	mfs_ratings_free(&tr2);
@@ -182,7 +182,7 @@ static void test_split_late_ids(void)
 	mfs_model_t *m = new_model();
 	mfs_ratings_t tr, te;
 	char err[256];
-	TEST_OK(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, NULL, err, sizeof err));
 	TEST_EQ_INT(tr.n, 1);
 	TEST_EQ_INT(te.n, 2);
 	TEST_EQ_INT(m->n_users, 1);
@@ -210,7 +210,7 @@ static void test_separate_test_file(void)
 	mfs_ratings_t tr, te;
 	mfs_rfile_stats_t ts, es;
 	char err[256];
-	TEST_OK(mfs_dataset_load(m, ptr, pte, &o, &tr, &te, &ts, &es, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m, ptr, pte, &o, &tr, &te, NULL, &ts, &es, err, sizeof err));
 	TEST_EQ_INT(tr.n, 4);
 	TEST_EQ_INT(te.n, 4);
 	TEST_EQ_INT(es.rejected, 1); /* rating 9 out of range */
@@ -241,19 +241,19 @@ static void test_empty_and_errors(void)
 	mfs_model_t *m = new_model();
 	mfs_ratings_t tr, te;
 	char err[256];
-	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, err, sizeof err), MFS_EEMPTY);
+	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, NULL, err, sizeof err), MFS_EEMPTY);
 	TEST_ASSERT(strstr(err, "empty.tsv") != NULL);
 	TEST_EQ_INT(tr.n, 0);
 	TEST_ASSERT(tr.u == NULL && te.u == NULL);
 	/* all lines bad: also empty */
 	p = path_of("allbad.tsv");
 	TEST_OK(test_write_file(p, "1\t2\t99\n", 7));
-	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, err, sizeof err), MFS_EEMPTY);
+	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, NULL, err, sizeof err), MFS_EEMPTY);
 	/* fail mode stops with MFS_EPARSE and frees what was loaded */
 	o.file.fail_on_error = 1;
 	p = path_of("failing.tsv");
 	TEST_OK(test_write_file(p, "1\t2\t3\n1\t2\t99\n", 13));
-	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, err, sizeof err), MFS_EPARSE);
+	TEST_EQ_INT(mfs_dataset_load(m, p, NULL, &o, &tr, &te, NULL, NULL, NULL, err, sizeof err), MFS_EPARSE);
 	TEST_ASSERT_MSG(strstr(err, "line 2") != NULL, "%s", err);
 	TEST_ASSERT(tr.u == NULL && tr.n == 0);
 	mfs_model_free(m);

@@ -84,7 +84,7 @@ static void test_ml100k_dataset(void)
 	o.split_seed = 1;
 	mfs_ratings_t tr, te;
 	char err[512];
-	TEST_OK(mfs_dataset_load(m, ML_DIR "/ml-100k_u.data.zst", NULL, &o, &tr, &te, NULL, NULL, err, sizeof err));
+	TEST_OK(mfs_dataset_load(m, ML_DIR "/ml-100k_u.data.zst", NULL, &o, &tr, &te, NULL, NULL, NULL, err, sizeof err));
 	TEST_EQ_INT(tr.n + te.n, 100000);
 	TEST_ASSERT_MSG(te.n > 9500 && te.n < 10500, "test %zu", te.n);
 	TEST_ASSERT(m->n_users <= 943 && m->n_users > 900);
