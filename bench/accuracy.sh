@@ -19,7 +19,8 @@ row() { # name file reference ref_rmse extra-args...
 	shift 4
 	out=$("$bin" train --input "$file" --engine cpu --deterministic --train.patience 0 --log-level warn "$@" 2>/dev/null)
 	local n u i r s
-	n=$(echo "$out" | sed -n 's/^mfstream train: \([0-9]*\) train \/ \([0-9]*\) test.*/\1 \2/p' | awk '{print $1+$2}')
+	n=$(echo "$out" | sed -n 's/^mfstream train: \([0-9]*\) train \/ \([0-9]*\) validation \/ \([0-9]*\) test.*/\1 \2 \3/p' |
+		awk '{print $1+$2+$3}')
 	u=$(echo "$out" | sed -n 's/.* ratings, \([0-9]*\) users x \([0-9]*\) items.*/\1/p')
 	i=$(echo "$out" | sed -n 's/.* users x \([0-9]*\) items.*/\1/p')
 	r=$(echo "$out" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')

@@ -190,11 +190,14 @@ int mfs_cmd_train(int argc, char **argv)
 		goto out;
 	}
 
+	char held[64];
+	if (test_file)
+		snprintf(held, sizeof held, "a test file");
+	else
+		snprintf(held, sizeof held, "%zu test", test.n);
 	printf("mfstream train: %zu train / %zu validation / %s ratings, %u users x %u items, k=%d, engine=%s, lr=%g (%s)\n",
-	       train.n, valid.n, test_file ? "a test file of" : "", m->n_users, m->n_items, m->k, mfs_engine_name(e), lr.lr,
+	       train.n, valid.n, held, m->n_users, m->n_items, m->k, mfs_engine_name(e), lr.lr,
 	       mfs_conf_enum_name("lr.schedule", c.lr_schedule));
-	if (!test_file)
-		printf("(%zu ratings held out for the test at the end)\n", test.n);
 	printf("%5s %8s %10s %10s %10s %10s %8s\n", "epoch", "time_s", "updates/s", "train_rmse", "valid_rmse", "lr",
 	       "eta");
 	fflush(stdout);

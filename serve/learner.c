@@ -38,6 +38,7 @@
 #include "gpu/lr.h"
 #include "serve/latency.h"
 #include "serve/meta.h"
+#include "serve/prequential.h"
 #include "serve/publisher.h"
 #include "serve/rows.h"
 #include "serve/stage_conf.h"
@@ -45,6 +46,10 @@
 
 #define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then one overflow bucket */
 #define APL_BUCKETS 100001 /* 0.1 ms buckets up to 10 s, then one overflow bucket */
+/* While fewer events are behind the mean than a batch holds, a batch is scored in pieces no
+ * larger than that count (and no smaller than this): each piece sees the mean of the events
+ * before it. */
+#define PQ_MIN_PIECE 64
 
 struct mfs_learner {
 	const mfs_conf_t *c;
@@ -79,8 +84,9 @@ struct mfs_learner {
 	int dirty;      /* rows or offsets changed since the last snapshot */
 	int meta_dirty; /* a full pass changed the learning rate or the accuracy figures since then */
 	/* accuracy */
-	double pq_sse, pq_rmse_last;
-	uint64_t pq_n;
+	mfs_preq_t pq;       /* prequential scores: interval, window, cumulative */
+	double pq_rmse_last; /* the interval's, as of the last snapshot */
+	int mu_known;        /* the model's mu means something before any event (a loaded snapshot's) */
 	mfs_window_t win, hwin;
 	double win_rmse, hold_rmse, last_loss;
 	mfs_lr_t lrc;
@@ -145,6 +151,8 @@ static void stats_update(mfs_learner_t *l)
 	s.cap_items = l->m->cap_items;
 	s.lr = l->lrc.lr;
 	s.prequential_rmse = l->pq_rmse_last;
+	s.prequential_window_rmse = mfs_preq_window_rmse(&l->pq, NULL);
+	s.prequential_cumulative_rmse = mfs_preq_cumulative_rmse(&l->pq, NULL);
 	s.holdout_rmse = l->hold_rmse;
 	s.window_rmse = l->win_rmse;
 	memcpy(s.phase_s, l->ph, sizeof s.phase_s);
@@ -187,6 +195,53 @@ static int work_reserve(mfs_learner_t *l, size_t n)
 	return 0;
 }
 
+/* Test-then-train scores of a batch, in event order, folding its ratings into the running mean
+ * as it goes (PQ_MIN_PIECE): each piece of events is scored with the model as it stands and
+ * the mean of every event before it, never with a mean of nothing: before the first event the
+ * mean is the loaded model's, or the middle of the rating range. bt / bh are the batch's
+ * training and held-out events in event order. @return 0 or the engine's error. */
+static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt, const mfs_batch_t *bh)
+{
+	size_t a = 0, at_t = 0, at_h = 0;
+	while (a < b->n) {
+		size_t len = b->n - a;
+		const uint64_t seen = l->m->mu_count;
+		if (seen < len)
+			len = seen > PQ_MIN_PIECE ? (size_t)seen : PQ_MIN_PIECE;
+		if (len > b->n - a)
+			len = b->n - a;
+		if (seen == 0 && !l->mu_known)
+			l->m->mu = 0.5 * (l->c->rating_min + l->c->rating_max);
+		size_t ct = 0, ch = 0;
+		double psum = 0;
+		for (size_t j = a; j < a + len; j++) {
+			if (b->held && b->held[j])
+				ch++;
+			else
+				ct++;
+			psum += b->ev[j].rating;
+		}
+		for (int part = 0; part < 2; part++) {
+			const mfs_batch_t *pb = part ? bh : bt;
+			const size_t at = part ? at_h : at_t, cnt = part ? ch : ct;
+			mfs_batch_t piece = {pb->u + at, pb->i + at, pb->r + at, cnt};
+			mfs_loss_t ls;
+			if (!cnt)
+				continue;
+			int rc = mfs_engine_loss(l->e, &piece, &ls);
+			if (rc)
+				return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
+			if (isfinite(ls.sse) && (rc = mfs_preq_add(&l->pq, ls.sse, ls.n)))
+				return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+		}
+		mfs_model_observe(l->m, psum, len);
+		a += len;
+		at_t += ct;
+		at_h += ch;
+	}
+	return 0;
+}
+
 static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 {
 	int rc;
@@ -222,23 +277,13 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	}
 	mfs_batch_t bt = {l->tu_, l->ti_, l->tr_, nt}, bh = {l->hu_, l->hi_, l->hr_, nh};
 	if (l->c->serve_prequential) { /* test, then train: every event is scored before it is learned */
-		for (int part = 0; part < 2; part++) {
-			const mfs_batch_t *pb = part ? &bh : &bt;
-			mfs_loss_t ls;
-			if (!pb->n)
-				continue;
-			if ((rc = mfs_engine_loss(l->e, pb, &ls)))
-				return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
-			if (isfinite(ls.sse)) {
-				l->pq_sse += ls.sse;
-				l->pq_n += ls.n;
-			}
-		}
+		if ((rc = score(l, b, &bt, &bh)))
+			return rc;
 		ph_mark(l, MFS_LPH_SCORE);
+	} else if (b->n) {
+		mfs_model_observe(l->m, sum, b->n);
 	}
 	l->meta.digest += b->digest;
-	if (b->n)
-		mfs_model_observe(l->m, sum, b->n);
 	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
 	ph_mark(l, MFS_LPH_SUBMIT);
@@ -395,12 +440,16 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	for (size_t x = 0; x < l->offs.n; x++) /* topic strings live as long as the learner */
 		if (l->offs.p[x].off.next >= 0)
 			j->offs[j->n_offs++] = l->offs.p[x].off;
-	if (l->pq_n)
-		l->pq_rmse_last = sqrt(l->pq_sse / (double)l->pq_n);
+	uint64_t pq_n;
+	const double pq = mfs_preq_interval_rmse(&l->pq, &pq_n);
+	if (pq_n)
+		l->pq_rmse_last = pq;
 	l->meta.mu_count = l->m->mu_count;
 	l->meta.mu_sum = l->m->mu_sum;
 	l->meta.pq_rmse = l->pq_rmse_last;
-	l->meta.pq_n = l->pq_n;
+	l->meta.pq_n = pq_n;
+	l->meta.pq_window_rmse = mfs_preq_window_rmse(&l->pq, &l->meta.pq_window_n);
+	l->meta.pq_cumulative_rmse = mfs_preq_cumulative_rmse(&l->pq, &l->meta.pq_cumulative_n);
 	l->meta.holdout_rmse = l->hold_rmse;
 	l->meta.window_rmse = l->win_rmse;
 	j->n_meta = mfs_serve_meta_records(&l->meta, l->c->serve_prequential, &j->meta);
@@ -423,8 +472,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	mfs_touched_clear(&l->rows.ti);
 	l->dirty = 0;
 	l->meta_dirty = 0;
-	l->pq_sse = 0;
-	l->pq_n = 0;
+	mfs_preq_interval_reset(&l->pq);
 	mfs_publisher_post(l->pub);
 	return wait ? job_finish(l, 1, 1) : 0;
 }
@@ -629,6 +677,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	l->c = c;
 	l->queue = queue;
 	l->pq_rmse_last = l->win_rmse = l->hold_rmse = l->last_loss = NAN;
+	mfs_preq_init(&l->pq, (uint64_t)c->serve_prequential_window);
 	l->win.cap = (size_t)c->serve_window;
 	l->hwin.cap = c->serve_holdout_fraction > 0 ? (size_t)c->serve_holdout_window : 0;
 	pthread_mutex_init(&l->mu, NULL);
@@ -672,6 +721,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 			o->off.next = o->committed = l->loaded.offsets[j].next;
 		}
 		mfs_serve_meta_restore(&l->loaded, &l->meta);
+		mfs_preq_resume(&l->pq, l->meta.pq_cumulative_rmse, l->meta.pq_cumulative_n);
+		l->mu_known = 1; /* the snapshot's mu, even one without mu_count (a train snapshot) */
 		mfs_info("serve", "msg=\"snapshot loaded\" dir=%s seq=%" PRIu64 " users=%u items=%u events_applied=%" PRIu64
 		         " offsets=%zu seconds=%.3f", c->snapshot_dir, l->loaded.seq, l->m->n_users, l->m->n_items,
 		         l->m->events_applied, l->loaded.n_offsets, mfs_now_s() - t0);
@@ -776,6 +827,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	mfs_hist_free(&l->snap_lat);
 	mfs_hist_free(&l->apl_lat);
 	mfs_pending_free(&l->apl);
+	mfs_preq_free(&l->pq);
 	pthread_mutex_destroy(&l->mu);
 	pthread_mutex_destroy(&l->st_mu);
 	pthread_cond_destroy(&l->cv);

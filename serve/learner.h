@@ -49,6 +49,7 @@ typedef struct mfs_learner_stats {
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;
 	double lr, prequential_rmse, holdout_rmse, window_rmse;
+	double prequential_window_rmse, prequential_cumulative_rmse; /* serve/prequential.h */
 	uint64_t snap_seq, snap_users, snap_items;
 	double snap_wall_s;    /* Unix time of the last publish (0: none) */
 	double snap_seconds;   /* duration of the last publish */

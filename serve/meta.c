@@ -23,6 +23,14 @@ size_t mfs_serve_meta_records(const mfs_serve_meta_t *m, int with_pq, mfs_serve_
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, m->pq_rmse};
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, m->pq_n, 0};
 	}
+	if (with_pq && isfinite(m->pq_window_rmse)) {
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_WINDOW_RMSE, MFS_SNAP_T_F64, 0, m->pq_window_rmse};
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_WINDOW_N, MFS_SNAP_T_U64, m->pq_window_n, 0};
+	}
+	if (isfinite(m->pq_cumulative_rmse)) { /* carried through restarts, so kept with scoring off too */
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_CUM_RMSE, MFS_SNAP_T_F64, 0, m->pq_cumulative_rmse};
+		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_CUM_N, MFS_SNAP_T_U64, m->pq_cumulative_n, 0};
+	}
 	if (isfinite(m->holdout_rmse))
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64, 0, m->holdout_rmse};
 	if (isfinite(m->window_rmse))
@@ -43,12 +51,16 @@ static uint64_t u64_of(const mfs_snap_loaded_t *ld, const char *key)
 void mfs_serve_meta_restore(const mfs_snap_loaded_t *ld, mfs_serve_meta_t *out)
 {
 	*out = (mfs_serve_meta_t){0};
-	out->pq_rmse = out->holdout_rmse = out->window_rmse = NAN;
+	out->pq_rmse = out->holdout_rmse = out->window_rmse = out->pq_window_rmse = out->pq_cumulative_rmse = NAN;
 	out->mu_count = u64_of(ld, MFS_META_MU_COUNT);
 	const mfs_snap_extra_t *x = mfs_snap_loaded_extra(ld, MFS_META_MU_SUM);
 	out->mu_sum = x && x->type == MFS_SNAP_T_F64 ? x->f64 : 0;
 	out->held_out = u64_of(ld, MFS_META_HELD_OUT);
 	out->digest = u64_of(ld, MFS_META_DIGEST);
+	x = mfs_snap_loaded_extra(ld, MFS_META_PQ_CUM_RMSE);
+	out->pq_cumulative_n = u64_of(ld, MFS_META_PQ_CUM_N);
+	if (x && x->type == MFS_SNAP_T_F64 && out->pq_cumulative_n)
+		out->pq_cumulative_rmse = x->f64;
 	char key[64];
 	for (int r = 0; r < MFS_REJ__COUNT; r++) {
 		reject_key(key, sizeof key, r);

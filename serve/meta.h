@@ -22,11 +22,15 @@ typedef struct mfs_serve_meta {
 	uint64_t rejected[MFS_REJ__COUNT];
 	double pq_rmse;     /* prequential RMSE since the previous snapshot (NaN: none) */
 	uint64_t pq_n;
+	double pq_window_rmse;     /* over the last serve.prequential_window events */
+	uint64_t pq_window_n;
+	double pq_cumulative_rmse; /* over every event since the model began (restored on restart) */
+	uint64_t pq_cumulative_n;
 	double holdout_rmse, window_rmse; /* the last full pass (NaN: none) */
 } mfs_serve_meta_t;
 
 /** The most records mfs_serve_meta_records writes. */
-#define MFS_SERVE_META_MAX (8 + MFS_REJ__COUNT)
+#define MFS_SERVE_META_MAX (12 + MFS_REJ__COUNT)
 
 /** Buffers that outlive a publish of the records (their keys point into names). */
 typedef struct mfs_serve_meta_buf {
@@ -37,7 +41,8 @@ typedef struct mfs_serve_meta_buf {
 /** Records for mfs_snap_info_t.extra: every counter, and each accuracy figure that is finite
  *  (the prequential one only with_pq). @return how many are in buf->ex. */
 size_t mfs_serve_meta_records(const mfs_serve_meta_t *m, int with_pq, mfs_serve_meta_buf_t *buf);
-/** The counters a loaded snapshot stores (0 where absent; accuracy figures NaN). */
+/** The counters a loaded snapshot stores (0 where absent; accuracy figures NaN but the
+ *  cumulative prequential score, which continues). */
 void mfs_serve_meta_restore(const mfs_snap_loaded_t *ld, mfs_serve_meta_t *out);
 
 #endif

@@ -54,6 +54,8 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->window_rmse, st.window_rmse);
 	mfs_gauge_set(c->holdout_rmse, st.holdout_rmse);
 	mfs_gauge_set(c->prequential_rmse, st.prequential_rmse);
+	mfs_gauge_set(c->prequential_window_rmse, st.prequential_window_rmse);
+	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);
 	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.n_users);

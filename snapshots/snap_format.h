@@ -188,6 +188,10 @@ enum mfs_snap_meta_type {
 #define MFS_META_MU_SUM "mu_sum"              /* f64: their sum */
 #define MFS_META_PQ_RMSE "prequential_rmse"   /* f64: test-then-train RMSE since the previous snapshot */
 #define MFS_META_PQ_N "prequential_n"         /* u64: events behind it (0: value carried over) */
+#define MFS_META_PQ_WINDOW_RMSE "prequential_window_rmse" /* f64: over the last serve.prequential_window events */
+#define MFS_META_PQ_WINDOW_N "prequential_window_n"       /* u64: events behind it */
+#define MFS_META_PQ_CUM_RMSE "prequential_cumulative_rmse" /* f64: over every event scored since the model began */
+#define MFS_META_PQ_CUM_N "prequential_cumulative_n"       /* u64: events behind it */
 #define MFS_META_REJECTED_PREFIX "rejected/"  /* "rejected/<reason>" -> u64 messages rejected */
 #define MFS_META_HELD_OUT "events_held_out"    /* u64: valid events held out (scored, never trained) */
 #define MFS_META_DIGEST "events_digest"        /* u64: sum mod 2^64 of mfs_event_digest() of every valid event */
@@ -206,6 +210,8 @@ static inline int mfs_snap_meta_type_optional(const char *key, size_t len)
 	} tab[] = {
 		{MFS_META_MU_COUNT, MFS_SNAP_T_U64}, {MFS_META_MU_SUM, MFS_SNAP_T_F64},
 		{MFS_META_PQ_RMSE, MFS_SNAP_T_F64},  {MFS_META_PQ_N, MFS_SNAP_T_U64},
+		{MFS_META_PQ_WINDOW_RMSE, MFS_SNAP_T_F64}, {MFS_META_PQ_WINDOW_N, MFS_SNAP_T_U64},
+		{MFS_META_PQ_CUM_RMSE, MFS_SNAP_T_F64}, {MFS_META_PQ_CUM_N, MFS_SNAP_T_U64},
 		{MFS_META_HELD_OUT, MFS_SNAP_T_U64}, {MFS_META_DIGEST, MFS_SNAP_T_U64},
 		{MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64}, {MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64},
 	};
