@@ -26,7 +26,7 @@ extern "C" int bench_cuda_ring_epoch(mfs_engine_t *e, mfs_resident_t *set, uint6
 	const struct dev_set *d = (const struct dev_set *)set;
 	int rc;
 	if (!c->pk.on)
-		return sgd_launch(e, d, mfs_coin_salt(epoch));
+		return sgd_launch(e, d, mfs_coin_salt(epoch), 1.0f, 1);
 	for (size_t off = 0; off < d->n; off += batch) {
 		const size_t n = d->n - off < batch ? d->n - off : batch;
 		uint32_t s;
@@ -41,7 +41,7 @@ extern "C" int bench_cuda_ring_epoch(mfs_engine_t *e, mfs_resident_t *set, uint6
 		hd->md_i = d->si;
 		hd->du = d->du;
 		hd->di = d->di;
-		if ((rc = pk_publish(e, s, n)))
+		if ((rc = pk_publish(e, s, n, 1.0f)))
 			return rc;
 	}
 	if ((rc = pk_quiesce(c)))

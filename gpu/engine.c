@@ -265,7 +265,19 @@ int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 	int rc = batch_check(e->model, b, 0);
 	if (rc || b->n == 0)
 		return rc;
-	if ((rc = e->iface->sgd(e, b)) == 0)
+	if ((rc = e->iface->sgd(e, b, 1.0f, 0)) == 0)
+		e->sgd_calls++;
+	return rc;
+}
+
+int mfs_engine_replay(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale)
+{
+	if (!e || !(lr_scale > 0.0f) || !isfinite(lr_scale))
+		return MFS_EINVAL;
+	int rc = batch_check(e->model, b, 0);
+	if (rc || b->n == 0)
+		return rc;
+	if ((rc = e->iface->sgd(e, b, lr_scale, 1)) == 0)
 		e->sgd_calls++;
 	return rc;
 }

@@ -90,6 +90,11 @@ int mfs_engine_grow(mfs_engine_t *e);
 /** One SGD update per rating of b. Rows must be < model rows and ratings finite.
  *  @return 0, MFS_EINVAL (row out of range), MFS_ENAN. */
 int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b);
+/** Replay (serve.replay): one SGD update per rating of b as mfs_engine_sgd, at the learning
+ *  rate times lr_scale (> 0, finite), and not counted in the model's events_applied: b repeats
+ *  ratings already applied. Progress (mfs_engine_progress) counts it like a batch.
+ *  @return 0, MFS_EINVAL (row out of range, bad lr_scale), MFS_ENAN. */
+int mfs_engine_replay(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale);
 /** RMSE/MAE of b against the current model. */
 int mfs_engine_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
 

@@ -15,7 +15,9 @@ struct mfs_engine_i {
 	void (*close)(mfs_engine_t *e);
 	int (*set_hparams)(mfs_engine_t *e, const mfs_hparams_t *hp);
 	int (*grow)(mfs_engine_t *e); /* (optional) */
-	int (*sgd)(mfs_engine_t *e, const mfs_batch_t *b);
+	/* lr_scale multiplies the learning rate for this batch (1: mfs_engine_sgd); repeat: not counted
+	 * in events_applied (mfs_engine_replay) */
+	int (*sgd)(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat);
 	int (*loss)(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out);
 	int (*resident_load)(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out);
 	void (*resident_free)(mfs_engine_t *e, mfs_resident_t *s);
@@ -54,9 +56,15 @@ static inline void mfs_engine_copy_rows(const float *b, const float *F, int k, c
 	}
 }
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 extern const struct mfs_engine_i mfs_engine_cpu_i;
 #ifdef MFS_HAVE_CUDA
 extern const struct mfs_engine_i mfs_engine_cuda_i;
+#endif
+#ifdef __cplusplus
+}
 #endif
 
 #endif

@@ -360,10 +360,11 @@ static mfs_sgd_args_t args_now(const mfs_engine_t *e)
 /* Account a finished SGD job: events_applied, and the non-finite guard's count (logged when
  * it first happens and then each time the total doubles, so a diverged model cannot flood
  * the log). */
-static void account(mfs_engine_t *e, uint64_t n, uint64_t applied)
+static void account(mfs_engine_t *e, uint64_t n, uint64_t applied, int repeat)
 {
 	struct cpu_engine *ce = e->impl;
-	e->model->events_applied += applied;
+	if (!repeat) /* a replayed rating was counted when it was applied */
+		e->model->events_applied += applied;
 	if (applied == n)
 		return;
 	ce->ce_skipped += n - applied;
@@ -376,15 +377,17 @@ static void account(mfs_engine_t *e, uint64_t n, uint64_t applied)
 	}
 }
 
-static int cpu_sgd(mfs_engine_t *e, const mfs_batch_t *b)
+static int cpu_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 {
 	struct cpu_engine *ce = e->impl;
 	struct cpu_job *j = &ce->ce_job;
 	j->kind = JOB_SGD_BATCH;
 	j->a = args_now(e);
+	j->a.hp.lr *= lr_scale; /* the device engine scales the same float the same way */
 	j->b = b;
 	int threads = b->n >= (size_t)ce->ce_threads * MIN_PER_THREAD ? ce->ce_threads : 1;
-	account(e, b->n, dispatch(ce, threads));
+	const uint64_t applied = dispatch(ce, threads);
+	account(e, b->n, applied, repeat);
 	return 0;
 }
 
@@ -613,7 +616,7 @@ static int cpu_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 	j->kind = JOB_SGD_SET;
 	j->a = args_now(e);
 	j->s = s;
-	account(e, s->st_known, dispatch(ce, ce->ce_threads));
+	account(e, s->st_known, dispatch(ce, ce->ce_threads), 0);
 	return 0;
 }
 

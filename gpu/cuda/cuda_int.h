@@ -55,6 +55,7 @@ struct pk_hdr {
 	uint32_t nchunks, n;      /* chunks, ratings */
 	float mu;                 /* global mean when the batch was published */
 	uint32_t salt;            /* sampling coins */
+	float lr_scale;           /* the learning rate's multiplier for this batch (mfs_engine_replay) */
 	/* the ratings: the slot's own buffers, or (bench/ring_feed.cu) device-resident ratings */
 	const uint32_t *u, *i;
 	const float *r;
@@ -128,13 +129,14 @@ static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_i
 /* ---- sgd.cu ---- */
 int hog_setup(struct cuda_impl *c, int k);
 double hog_inflight(mfs_engine_t *e, size_t n);
-int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt);
+/* lr_scale multiplies the learning rate; count: add s->n to events_applied */
+int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt, float lr_scale, int count);
 int upload(struct cuda_impl *c, struct dev_set *d, const mfs_batch_t *b);
 int alloc_set(struct dev_set *d, size_t n);
 void free_set(struct dev_set *d);
 int stage_batch(mfs_engine_t *e, const mfs_batch_t *b);
 int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot);
-int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b);
+int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat);
 
 /* ---- loss.cu ---- */
 const void *loss_fn(int fp16, int k);
@@ -155,8 +157,8 @@ uint64_t pk_consumed(const struct cuda_impl *c);
 int pk_quiesce(struct cuda_impl *c);
 int pk_stop(struct cuda_impl *c);
 int pk_slot(mfs_engine_t *e, uint32_t *slot);
-int pk_publish(mfs_engine_t *e, uint32_t s, size_t n);
-int pk_submit(mfs_engine_t *e, const mfs_batch_t *b);
+int pk_publish(mfs_engine_t *e, uint32_t s, size_t n, float lr_scale);
+int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat);
 
 /* ---- capture.cu ---- */
 int cuda_sync(mfs_engine_t *e);

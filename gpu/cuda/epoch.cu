@@ -185,7 +185,7 @@ int cuda_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 	if (rc)
 		return rc;
 	/* the order is the set's (shuffled once at load); the epoch draws fresh sampling coins */
-	return sgd_launch(e, (struct dev_set *)s, mfs_coin_salt(epoch));
+	return sgd_launch(e, (struct dev_set *)s, mfs_coin_salt(epoch), 1.0f, 1);
 }
 
 int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out)

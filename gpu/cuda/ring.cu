@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, (pk_cap<T, K>::value))
 			}
 		}
 		hog_coef co;
-		co.load(hp); /* per chunk: a new learning rate applies from the next chunk on */
+		co.load(hp, my->lr_scale); /* per chunk: a new learning rate applies from the next chunk on */
 		const size_t beg = (size_t)(t - first) * PK_CHUNK;
 		const size_t end = beg + PK_CHUNK < n ? beg + PK_CHUNK : n;
 		for (size_t x0 = beg; x0 < end; x0 += G) {
@@ -464,9 +464,10 @@ int pk_slot(mfs_engine_t *e, uint32_t *slot)
 	return 0;
 }
 
-/* Publish slot s of n ratings described by hd (pointers and modes set by the caller): its
- * header, then its sequence number, on the copy stream after whatever the caller queued. */
-int pk_publish(mfs_engine_t *e, uint32_t s, size_t n)
+/* Publish slot s of n ratings described by hd (pointers and modes set by the caller), to be
+ * applied at the learning rate times lr_scale: its header, then its sequence number, on the
+ * copy stream after whatever the caller queued. */
+int pk_publish(mfs_engine_t *e, uint32_t s, size_t n, float lr_scale)
 {
 	struct cuda_impl *c = impl_of(e);
 	struct pk_host *h = &c->pk;
@@ -476,6 +477,7 @@ int pk_publish(mfs_engine_t *e, uint32_t s, size_t n)
 	hd->n = (uint32_t)n;
 	hd->mu = (float)e->model->mu;
 	hd->salt = mfs_coin_salt(++c->launches);
+	hd->lr_scale = lr_scale;
 	h->h_seq[s] = h->published + 1;
 	/* seqlock: mark the slot before its header changes. A warp scanning past the slot's old
 	 * batch reads seq, the header, then seq again; without the mark it could take a half new
@@ -491,7 +493,7 @@ int pk_publish(mfs_engine_t *e, uint32_t s, size_t n)
 
 /* Publish batch b into the ring, split at slot size: copied to pinned staging, per-rating
  * row modes computed, queued on the copy stream. Returns without waiting for the kernel. */
-int pk_submit(mfs_engine_t *e, const mfs_batch_t *b)
+int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 {
 	struct cuda_impl *c = impl_of(e);
 	struct pk_host *h = &c->pk;
@@ -528,10 +530,11 @@ int pk_submit(mfs_engine_t *e, const mfs_batch_t *b)
 		hd->mr_i = hot ? h->d_si + base : NULL;
 		hd->md_u = hd->md_i = NULL;
 		hd->du = hd->di = 1.f;
-		if ((rc = pk_publish(e, s, n)))
+		if ((rc = pk_publish(e, s, n, lr_scale)))
 			return rc;
 		off += n;
 	}
-	e->model->events_applied += b->n; /* applied once consumed: snapshots quiesce first */
+	if (!repeat) /* applied once consumed: snapshots quiesce first */
+		e->model->events_applied += b->n;
 	return 0;
 }

@@ -28,7 +28,7 @@
 template <typename T, int V>
 __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is,
                            const float *__restrict__ rs, size_t n, T *P, T *Q, float *bu, float *bi,
-                           float mu, const mfs_hparams_t *hp, unsigned long long *skipped)
+                           float mu, const mfs_hparams_t *hp, float lr_scale, unsigned long long *skipped)
 {
 	const int k = V * 32;
 	const int lane = threadIdx.x & 31;
@@ -36,7 +36,7 @@ __global__ void sgd_kernel(const uint32_t *__restrict__ us, const uint32_t *__re
 	const size_t nwarps = (gridDim.x * (size_t)blockDim.x) >> 5;
 	/* The reference's forms (gpu/cpu/sgd_ref.c), rounded the same way: __fmul_rn/__fsub_rn
 	 * stop nvcc from contracting 1 - lr*lambda into an FMA the CPU does not do. */
-	const float lr = hp->lr;
+	const float lr = __fmul_rn(hp->lr, lr_scale); /* the CPU engine's j->a.hp.lr *= lr_scale */
 	const float dp = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_p));
 	const float dq = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_q));
 	const float dbu = __fsub_rn(1.0f, __fmul_rn(lr, hp->lambda_bu));
@@ -100,7 +100,7 @@ template <typename T, int K>
 __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 	sgd_hogwild_kernel(const uint32_t *__restrict__ us, const uint32_t *__restrict__ is, const float *__restrict__ rs,
 	                   size_t n, T *P, T *Q, float *bu, float *bi, float mu, const mfs_hparams_t *hp,
-	                   unsigned long long *skipped, const float *__restrict__ md_u, const float *__restrict__ md_i,
+	                   float lr_scale, unsigned long long *skipped, const float *__restrict__ md_u, const float *__restrict__ md_i,
 	                   const float *__restrict__ mr_u, const float *__restrict__ mr_i, float mode_u, float mode_i,
 	                   uint32_t salt)
 {
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
 	const size_t stride = ((gridDim.x * (size_t)blockDim.x) >> 5) * G;
 	hog_coef co;
-	co.load(hp);
+	co.load(hp, lr_scale);
 	size_t x = warp * G + grp;
 	uint32_t nu = MFS_ROW_NONE, ni = MFS_ROW_NONE;
 	float nr = 0.f;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 
 template <typename T>
 using hog_fn = void (*)(const uint32_t *, const uint32_t *, const float *, size_t, T *, T *, float *, float *, float,
-                        const mfs_hparams_t *, unsigned long long *, const float *, const float *, const float *,
+                        const mfs_hparams_t *, float, unsigned long long *, const float *, const float *, const float *,
                         const float *, float, float, uint32_t);
 
 /* The Hogwild kernel for k (a multiple of 32 in 32..256: cuda_can_implement) and its ratings per warp. */
@@ -201,14 +201,14 @@ double hog_inflight(mfs_engine_t *e, size_t n)
 
 template <typename T>
 static void sgd_launch_t(struct cuda_impl *c, const struct dev_set *s, int det, int blocks, int threads, float mu,
-                         int k, uint32_t salt)
+                         int k, uint32_t salt, float lr_scale)
 {
 	T *P = (T *)c->P, *Q = (T *)c->Q;
 	if (det) {
 #define SGD_CASE(V)                                                                                              \
 	case V:                                                                                                      \
 		sgd_kernel<T, V><<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu,     \
-		                                                    c->d_hp, c->d_skipped);                            \
+		                                                    c->d_hp, lr_scale, c->d_skipped);                  \
 		break;
 		switch (k / 32) {
 			SGD_CASE(1) SGD_CASE(2) SGD_CASE(3) SGD_CASE(4) SGD_CASE(5) SGD_CASE(6) SGD_CASE(7) SGD_CASE(8)
@@ -218,12 +218,12 @@ static void sgd_launch_t(struct cuda_impl *c, const struct dev_set *s, int det, 
 	}
 	int G;
 	hog_fn<T> fn = hog_kernel<T>(k, &G);
-	fn<<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu, c->d_hp, c->d_skipped, s->su,
+	fn<<<blocks, threads, 0, c->stream>>>(s->u, s->i, s->r, s->n, P, Q, c->bu, c->bi, mu, c->d_hp, lr_scale, c->d_skipped, s->su,
 	                                      s->si, s->ru, s->ri, s->du, s->di, salt);
 }
 
 /* One Hogwild (or deterministic) pass over s; salt varies the sampling coins between launches. */
-int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt)
+int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt, float lr_scale, int count)
 {
 	struct cuda_impl *c = impl_of(e);
 	if (!s->n)
@@ -242,12 +242,13 @@ int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt)
 	}
 	const float mu = (float)e->model->mu;
 	if (c->fp16)
-		sgd_launch_t<__half>(c, s, det, blocks, threads, mu, e->model->k, salt);
+		sgd_launch_t<__half>(c, s, det, blocks, threads, mu, e->model->k, salt, lr_scale);
 	else
-		sgd_launch_t<float>(c, s, det, blocks, threads, mu, e->model->k, salt);
+		sgd_launch_t<float>(c, s, det, blocks, threads, mu, e->model->k, salt, lr_scale);
 	MFS_CUDA_LAUNCHED();
 	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
-	e->model->events_applied += s->n;
+	if (count)
+		e->model->events_applied += s->n;
 	return 0;
 }
 
@@ -381,10 +382,10 @@ static int batch_scales(mfs_engine_t *e, const mfs_batch_t *b, int *hot)
 	return 0;
 }
 
-int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
+int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 {
 	if (impl_of(e)->pk.on)
-		return b->n ? pk_submit(e, b) : 0;
+		return b->n ? pk_submit(e, b, lr_scale, repeat) : 0;
 	int rc = stage_batch(e, b);
 	if (rc)
 		return rc;
@@ -402,5 +403,5 @@ int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 			s.ri = impl_of(e)->batch.ri;
 		}
 	}
-	return sgd_launch(e, &s, mfs_coin_salt(++impl_of(e)->launches));
+	return sgd_launch(e, &s, mfs_coin_salt(++impl_of(e)->launches), lr_scale, !repeat);
 }

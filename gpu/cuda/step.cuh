@@ -125,9 +125,10 @@ template <typename T, int K> struct hog_shape {
 /* The learning-rate terms of one SGD step, read from the hyperparameters in device memory. */
 struct hog_coef {
 	float lr, ap, aq, abu, abi, dp, dq, dbu, dbi;
-	__device__ __forceinline__ void load(const mfs_hparams_t *hp)
+	/* scale: the batch's multiplier of the learning rate (1 but for replay) */
+	__device__ __forceinline__ void load(const mfs_hparams_t *hp, float scale)
 	{
-		lr = __ldcg(&hp->lr); /* L2: the host retunes it while a persistent kernel runs */
+		lr = __fmul_rn(__ldcg(&hp->lr), scale); /* L2: the host retunes it while a persistent kernel runs */
 		ap = lr * __ldcg(&hp->lambda_p), aq = lr * __ldcg(&hp->lambda_q);
 		abu = lr * __ldcg(&hp->lambda_bu), abi = lr * __ldcg(&hp->lambda_bi);
 		dp = 1.f - ap, dq = 1.f - aq, dbu = 1.f - abu, dbi = 1.f - abi;

@@ -5,7 +5,8 @@
  * the loss reduction (bit-identical for any thread count), MFS_ROW_NONE and clipping in loss
  * passes, batch validation (nothing applied on error), the non-finite guard, model growth
  * between batches, Hogwild mode vs deterministic mode on a planted problem, convergence to the
- * noise floor, and the registry (AUTO -> cpu here, CUDA -> MFS_ENODEV).
+ * noise floor, replay (the batch at a scaled learning rate, not counted as events), and the
+ * registry (AUTO -> cpu here, CUDA -> MFS_ENODEV).
  */
 #include <stdint.h>
 
@@ -681,6 +682,45 @@ static void test_streaming_calls(void)
 	mfs_model_free(m);
 }
 
+/* mfs_engine_replay(b, s) is mfs_engine_sgd(b) at lr x s, bit for bit, and leaves events_applied
+ * alone; progress counts it as a call; a scale that is not a finite positive is refused. */
+static void test_replay(void)
+{
+	struct planted pl;
+	planted_make(&pl, 200, 100, 5000, 10, 4, 0.3, 5);
+	mfs_model_t *ma = planted_model(&pl, 16, 9), *mb = planted_model(&pl, 16, 9);
+	TEST_ASSERT(ma && mb);
+	if (!ma || !mb)
+		return;
+	mfs_engine_t *ea = open_cpu(ma, 1, 1, 1), *eb = open_cpu(mb, 1, 1, 1);
+	const float lr = 0.03f, scale = 0.37f;
+	set_hp(ea, lr, 0.04f, 1.0f, 5.0f);
+	set_hp(eb, lr * scale, 0.04f, 1.0f, 5.0f);
+	mfs_batch_t b = train_batch(&pl);
+	TEST_OK(mfs_engine_replay(ea, &b, scale));
+	TEST_OK(mfs_engine_sgd(eb, &b));
+	TEST_EQ_INT(ma->events_applied, 0);
+	TEST_EQ_INT(mb->events_applied, pl.n);
+	ma->events_applied = mb->events_applied; /* all else must be identical */
+	struct snap sb;
+	snap_take(&sb, mb);
+	TEST_ASSERT_MSG(snap_same(&sb, ma), "replay at lr x %g differs from sgd at that rate", (double)scale);
+	snap_free(&sb);
+	uint64_t ticket, applied;
+	mfs_engine_progress(ea, &ticket, &applied);
+	TEST_EQ_INT(ticket, 1);
+	TEST_EQ_INT(applied, 1);
+	TEST_EQ_INT(mfs_engine_replay(ea, &b, 0.0f), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_replay(ea, &b, -1.0f), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_replay(ea, &b, NAN), MFS_EINVAL);
+	TEST_EQ_INT(mfs_engine_replay(ea, &b, INFINITY), MFS_EINVAL);
+	mfs_engine_close(ea);
+	mfs_engine_close(eb);
+	mfs_model_free(ma);
+	mfs_model_free(mb);
+	planted_free(&pl);
+}
+
 static void test_registry(void)
 {
 	mfs_conf_t c;
@@ -786,5 +826,6 @@ int main(void)
 	TEST_RUN(test_convergence);
 	TEST_RUN(test_registry);
 	TEST_RUN(test_streaming_calls);
+	TEST_RUN(test_replay);
 	return TEST_REPORT();
 }
