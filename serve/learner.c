@@ -40,6 +40,7 @@
 #include "serve/meta.h"
 #include "serve/prequential.h"
 #include "serve/publisher.h"
+#include "serve/replay.h"
 #include "serve/rows.h"
 #include "serve/stage_conf.h"
 #include "serve/window.h"
@@ -88,6 +89,7 @@ struct mfs_learner {
 	double pq_rmse_last; /* the interval's, as of the last snapshot */
 	int mu_known;        /* the model's mu means something before any event (a loaded snapshot's) */
 	mfs_window_t win, hwin;
+	mfs_replay_t rp; /* serve.replay: spare capacity spent on win */
 	double win_rmse, hold_rmse, last_loss;
 	mfs_lr_t lrc;
 	double lr_floor;
@@ -107,8 +109,8 @@ struct mfs_learner {
 	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
 };
 
-static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",      "grow",     "score", "submit",
-                                                       "record", "full_pass", "snapshot", "other"};
+static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",   "grow",      "score",    "submit",
+                                                       "record", "replay", "full_pass", "snapshot", "other"};
 
 const char *mfs_learner_phase_name(int phase)
 {
@@ -144,6 +146,8 @@ static void stats_update(mfs_learner_t *l)
 	s.messages = l->messages;
 	s.batches = l->batches;
 	s.snapshots = l->snapshots;
+	s.events_replayed = l->meta.replayed;
+	s.replay_owed = l->rp.debt;
 	memcpy(s.rejected, l->meta.rejected, sizeof s.rejected);
 	s.n_users = l->m->n_users;
 	s.n_items = l->m->n_items;
@@ -289,6 +293,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	ph_mark(l, MFS_LPH_SUBMIT);
 	if ((rc = mfs_window_add(&l->win, &bt)) || (rc = mfs_window_add(&l->hwin, &bh)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	mfs_replay_credit(&l->rp, nt);
 	l->meta.held_out += nh;
 	for (size_t j = 0; j < b->n_off; j++) {
 		mfs_part_t *o = mfs_parts_get(&l->offs, b->off[j].topic, b->off[j].partition);
@@ -317,6 +322,27 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		mfs_sleep_ms(l->c->test_apply_delay_ms);
 		ph_mark(l, MFS_LPH_OTHER);
 	}
+	return 0;
+}
+
+/* One chunk of replay (serve.replay): ratings sampled from the retained window go to the
+ * engine like a batch; their rows join the next snapshot's, so a snapshot stays the whole
+ * model at a batch boundary. No offset, counter of events, mean or score moves. */
+static int replay_chunk(mfs_learner_t *l)
+{
+	mfs_batch_t b;
+	int rc = mfs_replay_next(&l->rp, &l->win, &b);
+	if (rc)
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	if (!b.n)
+		return 0;
+	for (size_t j = 0; j < b.n; j++)
+		if ((rc = mfs_touched_mark(&l->rows.tu, b.u[j])) || (rc = mfs_touched_mark(&l->rows.ti, b.i[j])))
+			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	if ((rc = mfs_engine_replay(l->e, &b, l->rp.lr_scale)))
+		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd (replay): %s", mfs_strerror(rc));
+	l->meta.replayed += b.n;
+	l->dirty = 1;
 	return 0;
 }
 
@@ -525,10 +551,10 @@ static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
 	}
 	ph_format(ph, sizeof ph, d, dt, 0, "");
 	mfs_info("serve", "msg=progress events_applied=%" PRIu64 " held_out=%" PRIu64 " events_per_s=%.0f users=%u items=%u"
-	         " snapshots=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
+	         " snapshots=%" PRIu64 " replayed=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
 	         " latency_p50_ms=%.1f latency_p99_ms=%.1f learner_busy=%.3f%s",
 	         l->m->events_applied, l->meta.held_out, (double)(ev - *last_ev) / (now - *last_t), l->m->n_users,
-	         l->m->n_items, l->snapshots, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
+	         l->m->n_items, l->snapshots, l->meta.replayed, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
 	         mfs_batchq_fill(l->queue), mfs_hist_quantile(&l->snap_lat, 0.5), mfs_hist_quantile(&l->snap_lat, 0.99),
 	         busy / dt, ph);
 	*last_t = now;
@@ -546,15 +572,24 @@ static int run(mfs_learner_t *l)
 	int deferred = 0; /* the due timer snapshot waits for the publisher */
 	for (;;) {
 		double wake = next_snap < next_pass ? next_snap : next_pass;
+		if (l->st_next_s < wake) /* idle stats twice a second (what replay did shows when it ends) */
+			wake = l->st_next_s;
 		int tmo = (int)((wake - mfs_now_s()) * 1000.0) + 1;
 		if (!mfs_pending_empty(&l->apl) && tmo > 1) /* batches in flight on the engine: look again soon */
 			tmo = 1;
+		const int replay = mfs_replay_due(&l->rp, &l->win);
 		mfs_ebatch_t *b = NULL;
 		ph_mark(l, MFS_LPH_OTHER);
-		int prc = mfs_batchq_pop(l->queue, tmo < 1 ? 1 : tmo, &b);
+		/* replay owed: only look whether a batch waits (new events first), else replay */
+		int prc = mfs_batchq_pop(l->queue, replay ? 0 : tmo < 1 ? 1 : tmo, &b);
 		ph_mark(l, MFS_LPH_WAIT);
 		if (prc == EPIPE)
 			break;
+		if (!b && replay) {
+			if ((rc = replay_chunk(l)))
+				return rc;
+			ph_mark(l, MFS_LPH_REPLAY);
+		}
 		if (b) {
 			int barrier = b->barrier;
 			uint64_t gen = b->barrier_gen;
@@ -658,10 +693,10 @@ static void *thread_main(void *arg)
 	stats_update(l);
 	char ph[320];
 	ph_format(ph, sizeof ph, l->ph, 1, 1, "_s");
-	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " messages=%" PRIu64
+	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " replayed=%" PRIu64 " messages=%" PRIu64
 	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f"
 	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f%s",
-	         l->m->events_applied, l->meta.held_out, l->messages, l->snapshots, l->snap_deferred,
+	         l->m->events_applied, l->meta.held_out, l->meta.replayed, l->messages, l->snapshots, l->snap_deferred,
 	         mfs_hist_quantile(&l->snap_lat, 0.5), mfs_hist_quantile(&l->snap_lat, 0.99), l->snap_lat.n,
 	         mfs_hist_quantile(&l->apl_lat, 0.5), mfs_hist_quantile(&l->apl_lat, 0.99), ph);
 	l->thread_rc = rc;
@@ -679,6 +714,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	l->pq_rmse_last = l->win_rmse = l->hold_rmse = l->last_loss = NAN;
 	mfs_preq_init(&l->pq, (uint64_t)c->serve_prequential_window);
 	l->win.cap = (size_t)c->serve_window;
+	mfs_replay_init(&l->rp, c->serve_replay, l->win.cap, (size_t)c->serve_replay_chunk, c->lr_beta,
+	                (uint64_t)c->model_seed);
 	l->hwin.cap = c->serve_holdout_fraction > 0 ? (size_t)c->serve_holdout_window : 0;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_mutex_init(&l->st_mu, NULL);
@@ -823,6 +860,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	free(l->hr_);
 	mfs_window_free(&l->win);
 	mfs_window_free(&l->hwin);
+	mfs_replay_free(&l->rp);
 	free(l->pend_ts);
 	mfs_hist_free(&l->snap_lat);
 	mfs_hist_free(&l->apl_lat);

@@ -36,6 +36,7 @@ enum mfs_learner_phase {
 	MFS_LPH_SCORE,     /* test-then-train scoring (serve.prequential) */
 	MFS_LPH_SUBMIT,    /* SGD: the engine takes the batch (device ring publish, a launch, or the CPU's updates) */
 	MFS_LPH_RECORD,    /* retained windows, offsets, message timestamps */
+	MFS_LPH_REPLAY,    /* replay: sampled window chunks given to the engine (serve/replay.h) */
 	MFS_LPH_FULL_PASS, /* the periodic full pass and the learning-rate update */
 	MFS_LPH_SNAPSHOT,  /* quiesce, gather and stage touched rows; finish the writer's job */
 	MFS_LPH_OTHER,     /* applied-latency polls, stats, logs */
@@ -46,6 +47,8 @@ const char *mfs_learner_phase_name(int phase);
 
 typedef struct mfs_learner_stats {
 	uint64_t events_applied, events_held_out, messages, batches, snapshots;
+	uint64_t events_replayed;  /* replayed updates since the model began (serve.replay) */
+	double replay_owed;        /* replayed updates owed now */
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;
 	double lr, prequential_rmse, holdout_rmse, window_rmse;

@@ -46,7 +46,7 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_learner_stats_t st;
 	mfs_learner_get_stats(s->l, &st);
 	mfs_counter_set(c->events_applied, st.events_applied);
-	mfs_counter_set(c->updates, st.events_applied);
+	mfs_counter_set(c->updates, st.events_applied + st.events_replayed);
 	mfs_counter_set(c->events_held_out, st.events_held_out);
 	for (int j = 0; j < MFS_REJ__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_counter_set(c->messages_rejected_at[j], st.rejected[j]);
@@ -55,6 +55,8 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->holdout_rmse, st.holdout_rmse);
 	mfs_gauge_set(c->prequential_rmse, st.prequential_rmse);
 	mfs_gauge_set(c->prequential_window_rmse, st.prequential_window_rmse);
+	mfs_counter_set(c->replayed_events, st.events_replayed);
+	mfs_gauge_set(c->replay_owed_events, st.replay_owed);
 	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);

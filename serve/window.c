@@ -24,7 +24,10 @@ static int window_reserve(mfs_window_t *w, size_t need)
 	float *nr = realloc(w->r, na * sizeof *nr);
 	if (nr)
 		w->r = nr;
-	if (!nu || !ni || !nr)
+	uint8_t *ns = realloc(w->seen, na * sizeof *ns);
+	if (ns)
+		w->seen = ns;
+	if (!nu || !ni || !nr || !ns)
 		return ENOMEM;
 	w->alloc = na;
 	return 0;
@@ -53,6 +56,7 @@ int mfs_window_add(mfs_window_t *w, const mfs_batch_t *b)
 		memcpy(w->u + at, u, run * sizeof *u);
 		memcpy(w->i + at, i, run * sizeof *i);
 		memcpy(w->r + at, r, run * sizeof *r);
+		memset(w->seen + at, 0, run * sizeof *w->seen);
 		u += run;
 		i += run;
 		r += run;
@@ -66,5 +70,6 @@ void mfs_window_free(mfs_window_t *w)
 	free(w->u);
 	free(w->i);
 	free(w->r);
+	free(w->seen);
 	*w = (mfs_window_t){0};
 }

@@ -1,7 +1,8 @@
 /* window.h - a retained window: the last `cap` ratings (as rows) the learner applied or held
  * out, in a ring, for the periodic full pass (docs/STREAMING.md "Accuracy while streaming").
  * Rows are stable for the life of the model, so a retained rating stays valid. Memory grows by
- * doubling up to cap, then the oldest ratings are overwritten.
+ * doubling up to cap, then the oldest ratings are overwritten. Each slot counts the times replay
+ * (serve/replay.h) has given its rating to the engine again, saturating at 255.
  */
 #ifndef MFS_WINDOW_H
 #define MFS_WINDOW_H
@@ -14,6 +15,7 @@
 typedef struct mfs_window {
 	uint32_t *u, *i;
 	float *r;
+	uint8_t *seen;   /* replays of each slot's rating */
 	size_t n, cap, alloc, pos;
 } mfs_window_t;
 

@@ -1,0 +1,85 @@
+/* replay.c - see replay.h.
+ *
+ * DESIGN: runs of consecutive ratings rather than single ones: the window is in arrival order,
+ * so a run costs three short memcpy instead of three cache misses per rating, and runs at
+ * random places still mix time like single samples do (a run is 32 of up to millions). The
+ * order the stream gave the events is what makes one pass worse than shuffled epochs; replay
+ * in random order is what undoes it. Drawing the least replayed of two or four runs instead
+ * (to even out the passes per rating) measured no better on ml-1m at 20 000 events/s.
+ */
+#include "serve/replay.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grow.h"
+
+void mfs_replay_init(mfs_replay_t *rp, double share, size_t window_cap, size_t chunk, double beta, uint64_t seed)
+{
+	memset(rp, 0, sizeof *rp);
+	rp->share = share > 0 ? share : 0;
+	rp->beta = beta > 0 ? beta : 0;
+	rp->lr_scale = 1.0f;
+	rp->debt_cap = rp->share * (double)window_cap;
+	rp->chunk = chunk < MFS_REPLAY_RUN ? MFS_REPLAY_RUN : chunk;
+	mfs_rng_seed(&rp->rng, seed ^ 0x7265706c6179ull);
+}
+
+void mfs_replay_credit(mfs_replay_t *rp, size_t n)
+{
+	rp->debt += rp->share * (double)n;
+	if (rp->debt > rp->debt_cap)
+		rp->debt = rp->debt_cap;
+}
+
+int mfs_replay_due(const mfs_replay_t *rp, const mfs_window_t *w)
+{
+	return rp->share > 0 && w->n > 0 && rp->debt >= 1.0;
+}
+
+int mfs_replay_next(mfs_replay_t *rp, mfs_window_t *w, mfs_batch_t *out)
+{
+	*out = (mfs_batch_t){0};
+	size_t n = rp->debt < (double)rp->chunk ? (size_t)rp->debt : rp->chunk;
+	if (!n || !w->n)
+		return 0;
+	if (mfs_grow((void **)&rp->u, &rp->cap_u, n, sizeof *rp->u) ||
+	    mfs_grow((void **)&rp->i, &rp->cap_i, n, sizeof *rp->i) || mfs_grow((void **)&rp->r, &rp->cap_r, n, sizeof *rp->r))
+		return ENOMEM;
+	size_t got = 0;
+	uint64_t seen = 0;
+	while (got < n) {
+		size_t run = n - got < MFS_REPLAY_RUN ? n - got : MFS_REPLAY_RUN;
+		if (run > w->n)
+			run = w->n;
+		/* a run that starts in the last run-1 slots would wrap: starts are drawn so it cannot */
+		const size_t at = (size_t)(mfs_rng_next(&rp->rng) % (uint64_t)(w->n - run + 1));
+		memcpy(rp->u + got, w->u + at, run * sizeof *rp->u);
+		memcpy(rp->i + got, w->i + at, run * sizeof *rp->i);
+		memcpy(rp->r + got, w->r + at, run * sizeof *rp->r);
+		for (size_t j = at; j < at + run; j++) {
+			seen += w->seen[j];
+			w->seen[j] += w->seen[j] < UINT8_MAX;
+		}
+		got += run;
+	}
+	/* the pass this is for its ratings: the stream's was the first */
+	const double c = 1.0 + (double)seen / (double)n;
+	rp->lr_scale = (float)(1.0 / (1.0 + rp->beta * pow(c, 1.5)));
+	rp->debt -= (double)n;
+	rp->replayed += n;
+	*out = (mfs_batch_t){rp->u, rp->i, rp->r, n};
+	return 0;
+}
+
+void mfs_replay_free(mfs_replay_t *rp)
+{
+	free(rp->u);
+	free(rp->i);
+	free(rp->r);
+	rp->u = rp->i = NULL;
+	rp->r = NULL;
+	rp->cap_u = rp->cap_i = rp->cap_r = 0;
+}
