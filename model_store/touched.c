@@ -26,6 +26,35 @@ int mfs_touched_mark(mfs_touched_t *t, uint32_t row)
 	return 0;
 }
 
+int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
+{
+	enum { AHEAD = 16 }; /* rows between a bitmap word's prefetch and its test */
+	if (!n)
+		return 0;
+	uint32_t top = 0;
+	for (size_t j = 0; j < n; j++)
+		top = rows[j] > top ? rows[j] : top;
+	const size_t old = t->nwords;
+	if (top / 64 >= old) {
+		if (mfs_grow((void **)&t->bits, &t->nwords, top / 64 + 1, sizeof *t->bits))
+			return ENOMEM;
+		memset(t->bits + old, 0, (t->nwords - old) * sizeof *t->bits);
+	}
+	if (mfs_grow((void **)&t->rows, &t->cap, t->n + n, sizeof *t->rows))
+		return ENOMEM;
+	for (size_t j = 0; j < n; j++) {
+		if (j + AHEAD < n)
+			__builtin_prefetch(t->bits + rows[j + AHEAD] / 64, 1);
+		const uint32_t row = rows[j];
+		const uint64_t bit = (uint64_t)1 << (row % 64);
+		if (t->bits[row / 64] & bit)
+			continue;
+		t->bits[row / 64] |= bit;
+		t->rows[t->n++] = row;
+	}
+	return 0;
+}
+
 void mfs_touched_clear(mfs_touched_t *t)
 {
 	for (size_t j = 0; j < t->n; j++)

@@ -15,6 +15,9 @@ typedef struct mfs_touched {
 
 /** Add row (no-op if already present). @return 0 or ENOMEM. */
 int mfs_touched_mark(mfs_touched_t *t, uint32_t row);
+/** Add n rows, the bitmap words prefetched ahead (a batch's rows are scattered over tables
+ *  larger than the caches). @return 0 or ENOMEM. */
+int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n);
 /** Empty the set (keeps the memory). */
 void mfs_touched_clear(mfs_touched_t *t);
 void mfs_touched_free(mfs_touched_t *t);

@@ -336,9 +336,8 @@ static int replay_chunk(mfs_learner_t *l)
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	if (!b.n)
 		return 0;
-	for (size_t j = 0; j < b.n; j++)
-		if ((rc = mfs_touched_mark(&l->rows.tu, b.u[j])) || (rc = mfs_touched_mark(&l->rows.ti, b.i[j])))
-			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	if ((rc = mfs_touched_mark_many(&l->rows.tu, b.u, b.n)) || (rc = mfs_touched_mark_many(&l->rows.ti, b.i, b.n)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	if ((rc = mfs_engine_replay(l->e, &b, l->rp.lr_scale)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd (replay): %s", mfs_strerror(rc));
 	l->meta.replayed += b.n;

@@ -23,7 +23,8 @@
 #include "model_store/store.h"
 #include "serve/window.h"
 
-#define MFS_REPLAY_RUN 32 /* consecutive window ratings per sampled run */
+#define MFS_REPLAY_RUN 32  /* consecutive window ratings per sampled run */
+#define MFS_REPLAY_AHEAD 8 /* runs between a run's prefetch and its copy */
 
 typedef struct mfs_replay {
 	double share;     /* replayed updates per new training event (0: off) */
@@ -36,7 +37,8 @@ typedef struct mfs_replay {
 	mfs_rng_t rng;
 	uint32_t *u, *i;
 	float *r;
-	size_t cap_u, cap_i, cap_r;
+	size_t *at; /* the chunk's run starts */
+	size_t cap_u, cap_i, cap_r, cap_at;
 } mfs_replay_t;
 
 /** share >= 0; window_cap: the window's capacity; chunk: updates per chunk (>= RUN); beta:

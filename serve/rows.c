@@ -29,9 +29,7 @@ static int side_rows(mfs_rows_t *r, int side, const mfs_ebatch_t *b)
 	uint32_t *rows = side ? r->i : r->u;
 	mfs_touched_t *t = side ? &r->ti : &r->tu;
 	int rc = mfs_model_rows(r->m, side, side ? &b->ev[0].item : &b->ev[0].user, sizeof *b->ev, b->n, rows);
-	for (size_t j = 0; !rc && j < b->n; j++)
-		rc = mfs_touched_mark(t, rows[j]);
-	return rc;
+	return rc ? rc : mfs_touched_mark_many(t, rows, b->n);
 }
 
 static void *rows_main(void *arg)

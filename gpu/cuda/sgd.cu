@@ -329,6 +329,10 @@ int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *r
 	    (rc = grow_counts(&c->cnt_i, &c->cnt_cap_i, m->n_items)))
 		return rc;
 	for (size_t x = 0; x < b->n; x++) {
+		if (x + 16 < b->n) { /* the counters are scattered over tables larger than the caches */
+			__builtin_prefetch(c->cnt_u + b->u[x + 16], 1);
+			__builtin_prefetch(c->cnt_i + b->i[x + 16], 1);
+		}
 		c->cnt_u[b->u[x]]++;
 		c->cnt_i[b->i[x]]++;
 	}

@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include "common/err.h"
 #include "model_store/store.h"
 #include "model_store/touched.h"
@@ -131,6 +133,30 @@ static void test_touched(void)
 	TEST_OK(mfs_touched_mark(&t, 70000));
 	TEST_EQ_INT(t.n, 1);
 	mfs_touched_free(&t);
+	/* marking many at once: the same rows in the same first-touch order as one by one, also
+	 * after a clear and with rows that grow the bitmap past what the first call saw */
+	mfs_touched_t one = {0}, many = {0};
+	uint32_t seq[5000];
+	uint64_t x = 88172645463325252ull;
+	for (int round = 0; round < 3; round++) {
+		for (size_t j = 0; j < 5000; j++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			seq[j] = (uint32_t)(x % (2000u << (4 * round)));
+		}
+		for (size_t j = 0; j < 5000; j++)
+			TEST_OK(mfs_touched_mark(&one, seq[j]));
+		TEST_OK(mfs_touched_mark_many(&many, seq, 1000));
+		TEST_OK(mfs_touched_mark_many(&many, seq + 1000, 4000));
+		TEST_OK(mfs_touched_mark_many(&many, seq, 0));
+		TEST_EQ_INT(many.n, one.n);
+		TEST_ASSERT(one.n > 0 && !memcmp(one.rows, many.rows, one.n * sizeof *one.rows));
+		if (round == 1) {
+			mfs_touched_clear(&one);
+			mfs_touched_clear(&many);
+		}
+	}
+	mfs_touched_free(&one);
+	mfs_touched_free(&many);
 }
 
 int main(void)
