@@ -4,11 +4,14 @@
     scripts/plot.py stream STREAM.csv [-o DIR] [--title T]
     scripts/plot.py bench bench/results/gpu-sgd-h200.csv [MORE.csv ...] [-o DIR]
 
-stream: a streaming time series with the header
-    t_s,events_applied,events_per_s,prequential_rmse,holdout_rmse,window_rmse,lr,snapshot_age_ms,ring_fill
+stream: a streaming time series with the header (scripts/scrape.py writes it; the last three
+columns may be absent)
+    t_s,events_applied,events_per_s,prequential_rmse,holdout_rmse,window_rmse,lr,snapshot_age_ms,ring_fill,
+    prequential_window_rmse,prequential_cumulative_rmse,replayed_per_s
 (empty cells and nan are gaps; a column that is all gaps is left out) ->
-    <stem>-rmse.png        prequential / holdout / window RMSE over time, learning rate beside
-    <stem>-throughput.png  events/s over time, events applied beside
+    <stem>-rmse.png        prequential (per snapshot interval, running window, cumulative) / holdout /
+                           window RMSE over time, learning rate beside
+    <stem>-throughput.png  events/s and replayed updates/s over time, events applied beside
     <stem>-freshness.png   snapshot age over time (p50/p99 in the legend), ring fill beside
 
 bench: the kind is told by the header ->
@@ -38,7 +41,8 @@ except ImportError:  # pragma: no cover - depends on the machine
     plt = None
 
 STREAM_COLUMNS = ["t_s", "events_applied", "events_per_s", "prequential_rmse", "holdout_rmse",
-                  "window_rmse", "lr", "snapshot_age_ms", "ring_fill"]
+                  "window_rmse", "lr", "snapshot_age_ms", "ring_fill", "prequential_window_rmse",
+                  "prequential_cumulative_rmse", "replayed_per_s"]
 # the targets (docs/BENCHMARKS.md): updates/s the CUDA engine must hold at k=128, by Zipf exponent
 GPU_TARGETS = {0.0: 3e9, 0.8: 2e9, 1.2: 1e9}
 DPI = 120
@@ -134,7 +138,9 @@ def plot_stream(path, outdir, title=None):
     # RMSE (and the learning rate the controller sets from it)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     drawn = 0
-    for name, label in (("prequential_rmse", "prequential (test-then-train)"),
+    for name, label in (("prequential_rmse", "prequential (test-then-train), per snapshot"),
+                        ("prequential_window_rmse", "prequential, running window"),
+                        ("prequential_cumulative_rmse", "prequential, cumulative"),
                         ("holdout_rmse", "holdout"), ("window_rmse", "retained window")):
         x, y = finite(t, column(rows, name))
         if y:
@@ -167,8 +173,11 @@ def plot_stream(path, outdir, title=None):
         eps = [math.nan] + [(applied[i] - applied[i - 1]) / (t[i] - t[i - 1]) if t[i] > t[i - 1] else math.nan
                             for i in range(1, len(t))]
     ax.plot(*finite(t, eps), label="events/s", color="tab:blue")
+    rps = column(rows, "replayed_per_s")
+    if present(rps):
+        ax.plot(*finite(t, rps), label="replayed updates/s", color="tab:purple")
     ax.set_xlabel("time (s)")
-    ax.set_ylabel("events applied per second")
+    ax.set_ylabel("per second")
     ax.yaxis.set_major_formatter(FuncFormatter(si))
     ax.grid(True, alpha=0.3)
     ax2 = ax.twinx()

@@ -5,9 +5,10 @@ that `scripts/plot.py stream` charts.
     scripts/scrape.py http://127.0.0.1:9464/metrics OUT.csv [--interval 0.5] [--max-seconds N]
 
 One row per sample:
-    t_s,events_applied,events_per_s,prequential_rmse,holdout_rmse,window_rmse,lr,snapshot_age_ms,ring_fill
-t_s counts from the first good scrape; events_per_s is the change of events applied since the
-previous sample; ring_fill is queued / capacity (0..1); a metric the service does not report is
+    t_s,events_applied,events_per_s,prequential_rmse,holdout_rmse,window_rmse,lr,snapshot_age_ms,ring_fill,
+    prequential_window_rmse,prequential_cumulative_rmse,replayed_per_s
+t_s counts from the first good scrape; events_per_s (replayed_per_s) is the change of events applied
+(of updates replayed) since the previous sample; ring_fill is queued / capacity (0..1); a metric the service does not report is
 left empty. It stops when the endpoint goes away after at least one good scrape (the service
 exited) or after --max-seconds. Exit 0 with at least one row written, 1 otherwise.
 """
@@ -20,7 +21,8 @@ import urllib.error
 import urllib.request
 
 COLUMNS = ["t_s", "events_applied", "events_per_s", "prequential_rmse", "holdout_rmse",
-           "window_rmse", "lr", "snapshot_age_ms", "ring_fill"]
+           "window_rmse", "lr", "snapshot_age_ms", "ring_fill", "prequential_window_rmse",
+           "prequential_cumulative_rmse", "replayed_per_s"]
 
 
 def parse(text):
@@ -68,16 +70,20 @@ def main():
             if t0 is None:
                 t0 = now
             applied = m.get("mfstream_events_applied_total")
-            eps = None
+            replayed = m.get("mfstream_replayed_events_total")
+            eps = rps = None
             if prev and applied is not None and now > prev[0]:
                 eps = (applied - prev[1]) / (now - prev[0])
-            prev = (now, applied) if applied is not None else prev
+                if replayed is not None and prev[2] is not None:
+                    rps = (replayed - prev[2]) / (now - prev[0])
+            prev = (now, applied, replayed) if applied is not None else prev
             cap = m.get("mfstream_ring_batches_capacity")
             fill = m["mfstream_ring_batches_queued"] / cap if cap and "mfstream_ring_batches_queued" in m else None
             age = m.get("mfstream_snapshot_age_seconds")
             vals = [now - t0, applied, eps, m.get("mfstream_prequential_rmse"), m.get("mfstream_holdout_rmse"),
                     m.get("mfstream_window_rmse"), m.get("mfstream_learning_rate"),
-                    age * 1000.0 if age is not None else None, fill]
+                    age * 1000.0 if age is not None else None, fill, m.get("mfstream_prequential_window_rmse"),
+                    m.get("mfstream_prequential_cumulative_rmse"), rps]
             f.write(",".join(fmt(v) for v in vals) + "\n")
             f.flush()
             rows += 1
