@@ -2,11 +2,23 @@
  *
  * DESIGN: we create, bind and listen on the socket ourselves (exact errno for "address in
  * use", and getsockname() answers the port-0 question) and hand it to libmicrohttpd, which
- * owns it from then on and closes it in MHD_stop_daemon(). MHD runs one internal
- * polling thread (epoll) that calls on_request(); requests are tiny, so one thread is plenty
- * and renders never run concurrently with each other. Health state is three atomics the
- * service writes and the MHD thread reads; the fatal reason is written once under a mutex
- * before the flag is raised (release) and read after the flag is seen (acquire).
+ * owns it from then on and closes it in MHD_stop_daemon(). MHD runs a small pool of
+ * internal threads (HTTP_THREADS), each with its own epoll set, all accepting from the one
+ * non-blocking listen socket and calling on_request(); renders on two workers serialize on the
+ * registry mutex, and a worker held up by a slow render hook leaves the others to accept and
+ * answer probes. Health state is three atomics the service writes and the workers read; the
+ * fatal reason is written once under a mutex before the flag is raised (release) and read
+ * after the flag is seen (acquire).
+ *
+ * Floods (issue 16): a liveness probe must get through while one client holds many
+ * connections open without finishing a request, and the probes may come from that very
+ * address (a node's kubelet, a sidecar), so a per-IP limit would lock them out with the flood.
+ * What carries them is room and a short idle timeout: up to HTTP_CONN_MAX connections (in
+ * epoll an idle one costs a descriptor and a little pool memory, no work), a listen backlog as
+ * deep, and HTTP_IDLE_S, after which MHD closes a connection that has sent or read nothing.
+ * A flood beyond the room waits in the backlog until the timeout frees a slot: probes then
+ * take up to HTTP_IDLE_S, never forever.
+ *
  * Without libmicrohttpd (MFS_HAVE_MHD undefined) mfs_http_open() fails with ENOTSUP unless
  * the endpoint is disabled, so a build that lacks it cannot silently run without metrics.
  */
@@ -21,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,6 +97,53 @@ void mfs_http_set_fatal(mfs_http_t *h, const char *reason)
 int mfs_http_port(const mfs_http_t *h) { return h ? h->h_port : 0; }
 
 #ifdef MFS_HAVE_MHD
+enum {
+	HTTP_CONN_MAX = 4096,   /* connections held at once, all clients together (and the listen backlog) */
+	HTTP_IDLE_S = 3,        /* idle seconds (no byte either way) before MHD closes a connection */
+	HTTP_THREADS = 4,       /* MHD workers: one stuck in a render hook leaves three to answer probes */
+	HTTP_FD_RESERVE = 1024, /* descriptors kept for the rest of the process (LMDB, Kafka, logs) */
+};
+
+/* ---- capacity ------------------------------------------------------------------------------ */
+/* How many connections the open-file limit leaves room for. A soft limit of 1024 (the common
+ * default) would cap the server well below HTTP_CONN_MAX, so it is raised first: to what the
+ * server needs plus the reserve, as far as the hard limit allows. Not to the hard limit itself:
+ * in containers that can be 2^20 or more, which code that walks every descriptor number (a
+ * close-all before exec) pays for, and nothing here needs it. Process-wide, idempotent. */
+static unsigned http_conn_limit(void)
+{
+	const rlim_t want = (rlim_t)HTTP_CONN_MAX + HTTP_FD_RESERVE;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		mfs_warn("http", "msg=\"getrlimit(RLIMIT_NOFILE) failed, keeping 64 connections\" err=\"%s\"",
+		         strerror(errno));
+		return 64;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want &&
+	    (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > rl.rlim_cur)) {
+		struct rlimit nl = {rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &nl) == 0) {
+			mfs_info("http", "msg=\"raised the open-file soft limit for the HTTP server\" nofile_from=%llu "
+			         "nofile_to=%llu nofile_hard=%llu", (unsigned long long)rl.rlim_cur,
+			         (unsigned long long)nl.rlim_cur, (unsigned long long)rl.rlim_max);
+			rl.rlim_cur = nl.rlim_cur;
+		} else {
+			mfs_warn("http", "msg=\"could not raise the open-file soft limit\" nofile=%llu want=%llu err=\"%s\"",
+			         (unsigned long long)rl.rlim_cur, (unsigned long long)want, strerror(errno));
+		}
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return HTTP_CONN_MAX;
+	/* short of the hard limit: share what there is, at least half for the rest of the process */
+	rlim_t n = rl.rlim_cur > 2 * HTTP_FD_RESERVE ? rl.rlim_cur - HTTP_FD_RESERVE : rl.rlim_cur / 2;
+	if (n < 64)
+		n = 64;
+	mfs_warn("http", "msg=\"the open-file limit caps HTTP connections: a flood fills them sooner\" nofile=%llu "
+	         "connections=%llu want_nofile=%llu", (unsigned long long)rl.rlim_cur, (unsigned long long)n,
+	         (unsigned long long)want);
+	return (unsigned)n;
+}
+
 /* /healthz: 0 and "ok", or 1 and why not into buf. */
 static int health_check(mfs_http_t *h, char *buf, size_t size)
 {
@@ -167,7 +227,9 @@ static int listen_socket(const char *addr, int *fd_out, int *port_out, int *v6_o
 	rc = EADDRNOTAVAIL;
 	const char *what = "bind";
 	for (struct addrinfo *a = res; a; a = a->ai_next) {
-		int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+		/* non-blocking: HTTP_THREADS workers race to accept one connection, the losers must
+		 * return at once (MHD sets it too; this says so where the socket is made) */
+		int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
 		if (fd < 0) {
 			rc = errno, what = "socket";
 			continue;
@@ -179,7 +241,9 @@ static int listen_socket(const char *addr, int *fd_out, int *port_out, int *v6_o
 			close(fd);
 			continue;
 		}
-		if (listen(fd, 64) != 0) {
+		/* a burst of connects lands in the backlog, not in SYN retries (1 s, 3 s, ...) that
+		 * would alone blow a probe's timeout; the kernel clamps it to net.core.somaxconn */
+		if (listen(fd, HTTP_CONN_MAX) != 0) {
 			rc = errno, what = "listen";
 			close(fd);
 			continue;
@@ -319,18 +383,25 @@ int mfs_http_open(const char *addr, const mfs_http_opts_t *o, mfs_http_t **out, 
 	}
 	/* MHD owns fd from here: it closes it in MHD_stop_daemon(). Whether a failed start closes
 	 * it is not documented, so then we leave it alone (at worst one fd leaks on a path that
-	 * ends the process). */
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	 * ends the process).
+	 *
+	 * Epoll, not MHD_USE_AUTO: HTTP_CONN_MAX relies on it (poll() walks every connection on
+	 * each wakeup, select() stops at FD_SETSIZE = 1024). MHD splits the connection limit
+	 * evenly among the workers; one at its share stops accepting and the others go on. */
+	unsigned conn_limit = http_conn_limit();
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
 	if (v6)
 		flags |= MHD_USE_IPv6;
 	h->h_daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-	                               MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-	                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+	                               MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+	                               MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+	                               (unsigned)HTTP_IDLE_S, MHD_OPTION_END);
 	if (!h->h_daemon) {
 		http_free(h);
 		return mfs_errf(errstr, es, MFS_EINVAL, "metrics.listen \"%s\": libmicrohttpd did not start", addr);
 	}
-	mfs_info("http", "msg=\"serving /metrics /healthz /readyz\" listen=%s port=%d", addr, h->h_port);
+	mfs_info("http", "msg=\"serving /metrics /healthz /readyz\" listen=%s port=%d threads=%d max_connections=%u "
+	         "idle_timeout_s=%d", addr, h->h_port, HTTP_THREADS, conn_limit, HTTP_IDLE_S);
 	*out = h;
 	return 0;
 #endif

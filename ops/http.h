@@ -7,8 +7,11 @@
  *                 assigned) and while /healthz would answer 200; else 503
  *   anything else 404; methods other than GET and HEAD 405 (HEAD: same headers, no body)
  *
- * libmicrohttpd serves it from one internal thread; the setters below are lock-free atomics
- * the service calls from its own loop, and every one of them accepts NULL (the endpoint is
+ * libmicrohttpd serves it from four internal epoll threads, with room for 4,096 connections
+ * and a 3 s idle timeout, so probes get through a flood of half-open connections (http.c,
+ * docs/OPERATIONS.md); mfs_http_open raises the process's open-file soft limit for that room
+ * where it must and can, and logs it. The setters below are lock-free atomics the service
+ * calls from its own loop, and every one of them accepts NULL (the endpoint is
  * disabled), so the service calls them unconditionally.
  *
  * Before the first heartbeat /healthz answers 200 (a long snapshot load is startup, which
