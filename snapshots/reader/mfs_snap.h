@@ -75,7 +75,8 @@ typedef struct mfs_snap_hit {
 /** Parse an id's text form: canonical decimal -> u64, "str:" prefix or anything else -> string. */
 MFS_SNAP_API int mfs_snap_id_parse(const char *text, mfs_snap_id_t *out);
 
-/** Open the snapshot directory read-only. @return 0, errno, MFS_ELMDB, MFS_EVERSION, MFS_ENOTFOUND (no snapshot yet). */
+/** Open the snapshot directory read-only. @return 0, errno, MFS_ELMDB, MFS_EVERSION, MFS_ENOTFOUND (no snapshot yet),
+ *  MFS_EFORMAT (among others: data.mdb shorter than its header says, a truncated copy). */
 MFS_SNAP_API int mfs_snap_open(const char *dir, mfs_snap_t **out, char *errstr, size_t errstr_size);
 MFS_SNAP_API void mfs_snap_close(mfs_snap_t *s);
 MFS_SNAP_API int mfs_snap_get_meta(mfs_snap_t *s, mfs_snap_meta_t *out);

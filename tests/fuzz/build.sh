@@ -7,20 +7,24 @@
 # The binary is $FUZZ_OUT (default /tmp/fuzz_event). The seed corpus tests/fuzz/corpus_event/
 # is only read: new inputs go to a scratch corpus ($FUZZ_WORK, default /tmp/fuzz_event.work)
 # so a run never dirties the tree; crashes land in $FUZZ_WORK/crash-* (add them to the seed
-# corpus once fixed). Needs clang-14 and libclang-rt-14-dev (Debian), libmsgpack-dev.
+# corpus once fixed). Needs clang-14 and libclang-rt-14-dev (Debian), libmsgpack-dev and
+# libxxhash-dev; $FUZZ_CC picks another clang. ctest runs a short bounded run of it
+# (tests/fuzz/test_fuzz_event.sh, label fuzz).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 secs=${1:-600}
 shift || true
 out=${FUZZ_OUT:-/tmp/fuzz_event}
 work=${FUZZ_WORK:-/tmp/fuzz_event.work}
+cc=${FUZZ_CC:-clang-14}
 
-clang-14 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
+# event.c hashes ids with XXH3 (libxxhash); the stage libraries get it from cmake/deps.cmake
+"$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	-I"$root" \
 	"$root"/ingest/event.c "$root"/model_store/id.c "$root"/common/err.c "$root"/common/log.c \
 	"$root"/tests/fuzz/fuzz_event.c \
-	$(pkg-config --cflags --libs msgpack) -lm -o "$out"
+	$(pkg-config --cflags --libs msgpack libxxhash) -lm -o "$out"
 echo "built $out"
 [ "$secs" -gt 0 ] || exit 0
 

@@ -93,6 +93,64 @@ class SnapshotVersionError(SnapshotError):
     """The snapshot has another format version."""
 
 
+class SnapshotTruncatedError(SnapshotError):
+    """data.mdb is shorter than its LMDB header says (a cut-off copy): mapping it would fault."""
+
+
+# LMDB's meta page (liblmdb mdb.c: MDB_page header, then MDB_meta) in native byte order, with
+# pgno_t and mdb_size_t of the word size W: page header mp_pgno (W), mp_pad, mp_flags, mp_lower,
+# mp_upper (u16); meta mm_magic, mm_version (u32), mm_address, mm_mapsize (W), two MDB_db of
+# 8 + 5 W bytes (the first's md_pad is the page size), mm_last_pg, mm_txnid (W). The same
+# offsets as libmfsnap's snap_check_size.
+_W = struct.calcsize("N")
+_WORD = "=Q" if _W == 8 else "=I"
+_PAGEHDR = _W + 8
+_META_BYTES = _PAGEHDR + 24 + 14 * _W
+
+
+def _check_size(path):
+    """Raise SnapshotTruncatedError if path/data.mdb is shorter than its newest meta page's
+    last page. Reading the metas before the size keeps this free of false alarms while a
+    writer runs (LMDB writes a commit's pages before its meta and never shrinks the file).
+    Anything that is not a readable LMDB header is left to lmdb.open to report."""
+    name = os.path.join(path, "data.mdb")
+    try:
+        f = open(name, "rb")
+    except OSError:
+        return
+    with f:
+        best = None
+        off = 0
+        for i in range(2):
+            f.seek(off)
+            page = f.read(_META_BYTES)
+            if len(page) != _META_BYTES:
+                if i == 0:
+                    if not page:
+                        raise SnapshotNotFound("no snapshot in %s yet (data.mdb is empty)" % path)
+                    return
+                break           # the second meta is cut off: judge by the first
+            flags, = struct.unpack_from("=H", page, _W + 2)
+            magic, version = struct.unpack_from("=II", page, _PAGEHDR)
+            psize, = struct.unpack_from("=I", page, _PAGEHDR + 8 + 2 * _W)
+            last_pg, = struct.unpack_from(_WORD, page, _PAGEHDR + 24 + 12 * _W)
+            txnid, = struct.unpack_from(_WORD, page, _PAGEHDR + 24 + 13 * _W)
+            if not flags & 0x08 or magic != 0xBEEFC0DE or version != 1:
+                return
+            if best is None or txnid > best[0]:
+                best = (txnid, last_pg, psize)
+            if i == 0:
+                off = psize     # the second meta sits one (first meta's) page in
+        _, last_pg, psize = best
+        if not 512 <= psize <= 65536 or psize & (psize - 1):
+            return
+        size = os.fstat(f.fileno()).st_size
+    need = (last_pg + 1) * psize
+    if size < need:
+        raise SnapshotTruncatedError("snapshot %s is truncated: %d bytes, the header says %d (%d pages of %d bytes)"
+                                     % (name, size, need, last_pg + 1, psize))
+
+
 # ---- ids -----------------------------------------------------------------------------------
 def parse_id(ident):
     """Id -> int (u64) or str (string id), by the text rules above."""
@@ -157,9 +215,14 @@ class Snapshot:
             raise SnapshotNotFound("no snapshot in %s yet (no such directory)" % self.path)
         if not os.path.exists(os.path.join(self.path, "data.mdb")):
             raise SnapshotNotFound("no snapshot in %s yet (no data.mdb)" % self.path)
+        # before mapping: a truncated file must be an error, not a SIGBUS on first touch
+        _check_size(self.path)
         # lock=True: the writer must see our reader slots (never read without them)
-        self._env = lmdb.open(self.path, readonly=True, lock=True, max_dbs=3,
-                              max_readers=MAX_READERS, subdir=True, create=False)
+        try:
+            self._env = lmdb.open(self.path, readonly=True, lock=True, max_dbs=3,
+                                  max_readers=MAX_READERS, subdir=True, create=False)
+        except lmdb.Error as e:
+            raise SnapshotError("LMDB: %s" % e) from None   # py-lmdb names the path
         try:
             # open_db without a txn: py-lmdb then commits the txn it opens the DBI in (a
             # read-only txn we commit ourselves is only reset, which would close the DBI)
