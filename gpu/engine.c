@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "gpu/engine_int.h"
 #ifdef MFS_HAVE_CUDA
@@ -264,6 +265,8 @@ int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b)
 		return MFS_EINVAL;
 	int rc = batch_check(e->model, b, 0);
 	if (rc || b->n == 0)
+		return rc;
+	if ((rc = mfs_fault("engine.sgd"))) /* test.fault: a failing device */
 		return rc;
 	if ((rc = e->iface->sgd(e, b, 1.0f, 0)) == 0)
 		e->sgd_calls++;

@@ -477,6 +477,20 @@ int mfs_metrics_add_hook(mfs_metrics_t *r, mfs_metrics_hook_fn fn, void *ctx)
 	return rc;
 }
 
+void mfs_metrics_remove_hook(mfs_metrics_t *r, mfs_metrics_hook_fn fn, void *ctx)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->m_lock); /* hooks run under it: none is running past this */
+	for (size_t j = 0; j < r->m_n_hooks; j++)
+		if (r->m_hooks[j].fn == fn && r->m_hooks[j].ctx == ctx) {
+			memmove(&r->m_hooks[j], &r->m_hooks[j + 1], (r->m_n_hooks - j - 1) * sizeof r->m_hooks[0]);
+			r->m_n_hooks--;
+			break;
+		}
+	pthread_mutex_unlock(&r->m_lock);
+}
+
 /* ---- rendering -------------------------------------------------------------------------- */
 typedef struct sbuf {
 	char *p;

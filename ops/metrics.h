@@ -102,6 +102,9 @@ void mfs_histogram_observe_n(mfs_histogram_t *h, double v, uint64_t n);
 typedef void (*mfs_metrics_hook_fn)(mfs_metrics_t *r, void *ctx);
 /** @return 0, or MFS_EFULL after 16 hooks. */
 int mfs_metrics_add_hook(mfs_metrics_t *r, mfs_metrics_hook_fn fn, void *ctx);
+/** Remove a hook added with the same fn and ctx; once this returns it is not running and
+ *  will not run again (what it reads may go). */
+void mfs_metrics_remove_hook(mfs_metrics_t *r, mfs_metrics_hook_fn fn, void *ctx);
 
 /** Render every visible series in the text format 0.0.4 (# HELP, # TYPE, then samples; label
  *  values and help escaped; NaN, +Inf, -Inf spelled as Prometheus expects).

@@ -243,6 +243,14 @@ void mfs_batchq_close(mfs_batchq_t *q)
 	pthread_mutex_unlock(&q->bq_mu);
 }
 
+int mfs_batchq_failed(mfs_batchq_t *q)
+{
+	pthread_mutex_lock(&q->bq_mu);
+	const int f = q->bq_failed;
+	pthread_mutex_unlock(&q->bq_mu);
+	return f;
+}
+
 void mfs_batchq_fail(mfs_batchq_t *q)
 {
 	pthread_mutex_lock(&q->bq_mu);

@@ -98,6 +98,8 @@ int mfs_batchq_pop(mfs_batchq_t *q, int timeout_ms, mfs_ebatch_t **out);
 void mfs_batchq_release(mfs_batchq_t *q, mfs_ebatch_t *b);
 /** Batches queued (not counting the one being applied). */
 size_t mfs_batchq_fill(mfs_batchq_t *q);
+/** 1 once the learner has failed (mfs_batchq_fail). */
+int mfs_batchq_failed(mfs_batchq_t *q);
 /** A new barrier generation number for a batch about to be pushed. */
 uint64_t mfs_batchq_next_barrier(mfs_batchq_t *q);
 /** Learner side: barrier `gen` is done (its snapshot is published or failed). */

@@ -13,12 +13,16 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/timeutil.h"
 #include "ops/catalog.h"
 #include "ops/http.h"
@@ -78,6 +82,42 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->gpu_memory_total, st.gpu_mem_total);
 }
 
+/* The stop's deadline (serve.stop_deadline_ms): armed once the final snapshot is published or
+ * a fatal error is seen, when nothing is left that a restart could not redo. A client library
+ * that never returns (librdkafka's destroy with a broker gone, a wedged device) must not keep
+ * an orchestrator from restarting the process: past the deadline this thread says so and
+ * ends the process with the status it was going to have. */
+typedef struct deadline {
+	int64_t ms;
+	int status;
+} deadline_t;
+
+static void *deadline_main(void *arg)
+{
+	const deadline_t d = *(deadline_t *)arg;
+	free(arg);
+	mfs_thread_name("mfs-deadline");
+	mfs_sleep_ms((int)d.ms);
+	mfs_error("serve", "msg=\"stop did not finish in time: exiting now\" waited_ms=%" PRId64 " exit_status=%d "
+	                   "detail=\"serve.stop_deadline_ms; what is published is all a restart needs\"",
+	          d.ms, d.status);
+	_exit(d.status);
+}
+
+static void deadline_arm(int64_t ms, int status)
+{
+	deadline_t *d = malloc(sizeof *d);
+	pthread_t t;
+	if (!d)
+		return;
+	*d = (deadline_t){ms, status};
+	if (pthread_create(&t, NULL, deadline_main, d)) {
+		free(d);
+		return;
+	}
+	pthread_detach(t);
+}
+
 int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_atomic_t *stop, char *errstr,
                   size_t es)
 {
@@ -86,7 +126,9 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 	s.c = c;
 	mfs_consumer_t *cons = NULL;
 	mfs_http_t *http = NULL;
-	int rc, queue_ok = 0, learner_done = 0;
+	int rc, queue_ok = 0, learner_done = 0, hooked = 0;
+	if ((rc = mfs_fault_arm(c->test_fault, errstr, es)))
+		return rc;
 	if ((rc = mfs_batchq_init(&s.queue, (size_t)c->serve_ring_batches, mfs_consumer_keep_free))) {
 		mfs_errf(errstr, es, rc, "queue: %s", mfs_strerror(rc));
 		goto out;
@@ -118,6 +160,7 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		mfs_errf(errstr, es, rc, "metrics: %s", mfs_strerror(rc));
 		goto out;
 	}
+	hooked = 1;
 	mfs_info("serve", "msg=started engine=%s topics=%zu batch=%" PRId64 " ring=%" PRId64 " snapshot_ms=%" PRId64
 	         " holdout_fraction=%g", mfs_learner_engine_name(s.l), o->n_topics, c->serve_batch_size,
 	         c->serve_ring_batches, c->serve_snapshot_ms, c->serve_holdout_fraction);
@@ -127,6 +170,10 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		mfs_http_heartbeat(http);
 		if ((fatal = mfs_consumer_step(cons)))
 			break;
+		if (mfs_batchq_failed(&s.queue)) { /* the learner stopped: do not wait for a message to find out */
+			fatal = EPIPE;
+			break;
+		}
 		if (c->serve_exit_at_end && mfs_consumer_all_at_end(cons)) {
 			uint64_t msgs, pauses;
 			size_t parts;
@@ -141,9 +188,16 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		char err[1024];
 		rc = fatal;
 		snprintf(err, sizeof err, "%s", *mfs_consumer_error(cons) ? mfs_consumer_error(cons) : mfs_strerror(rc));
-		mfs_http_set_fatal(http, err);
 		if (rc == EPIPE) /* the learner failed: its error is the cause */
 			rc = mfs_learner_join(s.l, err, sizeof err);
+		/* 503 with the cause for as long as the process lives: the HTTP server closes last */
+		mfs_http_set_fatal(http, err);
+		mfs_error("serve", "msg=\"fatal error: stopping\" err=\"%s\" exit_status=1 detail=\"nothing past the last "
+		                   "published snapshot is committed; a restart resumes from it\"",
+		          err);
+		deadline_arm(c->serve_stop_deadline_ms, 1);
+		if (c->test_fatal_linger_ms)
+			mfs_sleep_ms(c->test_fatal_linger_ms);
 		learner_done = 1;
 		mfs_consumer_learner_done(cons);
 		mfs_errf(errstr, es, rc ? rc : MFS_EINVAL, "%s", err);
@@ -159,8 +213,12 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		if (!jrc)
 			mfs_errf(errstr, es, rc, "final snapshot: %s", mfs_strerror(rc));
 		rc = jrc ? jrc : rc;
+		mfs_http_set_fatal(http, errstr);
+		mfs_error("serve", "msg=\"fatal error at the final snapshot\" err=\"%s\" exit_status=1", errstr);
+		deadline_arm(c->serve_stop_deadline_ms, 1);
 		goto out;
 	}
+	deadline_arm(c->serve_stop_deadline_ms, 0); /* the final snapshot is published */
 	mfs_consumer_close(cons);
 	mfs_learner_stats_t st;
 	mfs_learner_get_stats(s.l, &st);
@@ -174,13 +232,15 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 	         st.applied_p50_ms, st.applied_p99_ms);
 	rc = 0;
 out:
-	mfs_http_close(http); /* first: its scrape hook reads the learner and the queue */
+	if (hooked) /* it reads the learner and the queue, which go first; /healthz keeps answering */
+		mfs_metrics_remove_hook(s.reg, scrape_hook, &s);
 	if (s.l && !learner_done && queue_ok)
 		mfs_batchq_close(&s.queue);
 	mfs_learner_close(s.l); /* joins the thread if it still runs */
 	if (queue_ok) /* its batches' messages first: librdkafka wants them released before its handle */
 		mfs_batchq_destroy(&s.queue);
 	mfs_consumer_free(cons);
+	mfs_http_close(http); /* last: a fatal error's 503 stays visible until the process ends */
 	mfs_metrics_free(s.reg);
 	return rc;
 }

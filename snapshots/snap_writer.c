@@ -43,9 +43,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -62,6 +65,8 @@ struct mfs_snap_writer {
 	size_t sw_val_cap;
 	int sw_fatal;
 	mfs_snap_stage_t *sw_stage; /* mfs_snap_publish's */
+	size_t sw_reserved;         /* bytes of data.mdb known to have disk blocks (reserve) */
+	size_t sw_need;             /* what the publish in progress reserved beyond that */
 };
 
 /* A row to write, with its external id (the sort key); row indexes the stage's values. */
@@ -90,8 +95,31 @@ struct mfs_snap_stage {
 	struct stage_side side[2]; /* users, items */
 };
 
+/* A full or failing disk, in words: what is free there and what the snapshot wanted. */
+static int disk_fail(mfs_snap_writer_t *w, int rc, const char *what, char *errstr, size_t es)
+{
+	struct statvfs sv;
+	double free_mib = -1;
+	if (statvfs(w->sw_dir, &sv) == 0)
+		free_mib = (double)sv.f_bavail * (double)sv.f_frsize / 1048576.0;
+	char need[96] = "";
+	if (w->sw_need)
+		snprintf(need, sizeof need, ", the snapshot needs up to %.1f MiB more", (double)w->sw_need / 1048576.0);
+	if (rc == ENOSPC || rc == EDQUOT)
+		mfs_errf(errstr, es, rc, "no space left on device at snapshot.dir=%s (%s): %.1f MiB free%s", w->sw_dir, what,
+		         free_mib, need);
+	else
+		mfs_errf(errstr, es, rc, "%s at snapshot.dir=%s (%s): %.1f MiB free%s (a full filesystem can report a "
+		                         "failed write or flush this way)",
+		         strerror(rc), w->sw_dir, what, free_mib, need);
+	mfs_error("snap", "msg=\"snapshot not written\" err=\"%s\"", errstr ? errstr : strerror(rc));
+	return rc;
+}
+
 static int lmdb_fail(mfs_snap_writer_t *w, int rc, const char *what, char *errstr, size_t es)
 {
+	if (rc == ENOSPC || rc == EDQUOT || rc == EIO)
+		return disk_fail(w, rc, what, errstr, es);
 	if (rc == MDB_PANIC)
 		w->sw_fatal = 1;
 	mfs_error("snap", "msg=\"LMDB failure\" op=%s err=\"%s\"", what, mdb_strerror(rc));
@@ -557,6 +585,44 @@ out:
 	return rc;
 }
 
+/* Disk blocks for every page this txn can write, before it writes any (docs/OPERATIONS.md,
+ * "Full disks"). With snapshot.sync=none LMDB writes through a shared map of a sparse file,
+ * and storing to a page with no block behind it on a full filesystem is a SIGBUS, not an
+ * error; in the other modes a full disk surfaces at the commit's write or flush (often as
+ * EIO). posix_fallocate turns both into ENOSPC here. Worst case: a copy of every leaf page a
+ * touched row sits on (no more than the pages in use), the rows over again, branch pages.
+ * The reservation is a high-water mark of the file: LMDB reuses freed pages below it. */
+static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errstr, size_t es)
+{
+	MDB_envinfo ei;
+	MDB_stat st;
+	int fd, rc;
+	if (w->sw_reserved == SIZE_MAX || mdb_env_info(w->sw_env, &ei) || mdb_env_stat(w->sw_env, &st) ||
+	    mdb_env_get_fd(w->sw_env, &fd))
+		return 0;
+	const size_t psz = st.ms_psize, used = (size_t)ei.me_last_pgno + 1;
+	const size_t row_pages = rows * (vbytes + 64) / psz + 1; /* + key and node header */
+	size_t want = (used + (rows < used ? rows : used) + 2 * row_pages + 64) * psz;
+	if (want > (size_t)ei.me_mapsize)
+		want = (size_t)ei.me_mapsize;
+	w->sw_need = 0;
+	if (want <= w->sw_reserved)
+		return 0;
+	w->sw_need = want - w->sw_reserved;
+	if (!(rc = mfs_fault("snapshot.reserve")))
+		rc = posix_fallocate(fd, (off_t)w->sw_reserved, (off_t)(want - w->sw_reserved));
+	if (rc == EOPNOTSUPP || rc == EINVAL) { /* the filesystem cannot: rely on the write's own error */
+		mfs_warn("snap", "msg=\"cannot reserve disk for snapshots: a full disk may only show at the write\" "
+		                 "dir=%s err=\"%s\"", w->sw_dir, strerror(rc));
+		w->sw_reserved = SIZE_MAX;
+		return 0;
+	}
+	if (rc)
+		return disk_fail(w, rc, "reserving disk", errstr, es);
+	w->sw_reserved = want;
+	return 0;
+}
+
 /* Everything inside one write txn. LMDB codes come back as is (MDB_MAP_FULL is retried by
  * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. */
 static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
@@ -676,6 +742,8 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		mfs_warn("snap", "msg=\"cleared stale reader slots\" count=%d", dead);
 
 	/* 2. one txn; retried whole after growing the map */
+	if ((rc = reserve(w, nu + ni, vbytes, errstr, errstr_size)))
+		return rc;
 	uint64_t s = 0, n_users = 0, n_items = 0;
 	for (int attempt = 0;; attempt++) {
 		MDB_txn *txn;
@@ -689,7 +757,9 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		if (rc)
 			return lmdb_fail(w, rc, "txn_begin", errstr, errstr_size);
 		rc = publish_txn(w, txn, m, info, &s, &n_users, &n_items, errstr, errstr_size);
-		if (rc == 0)
+		if (rc == 0 && (rc = mfs_fault("snapshot.commit")))
+			mdb_txn_abort(txn);
+		else if (rc == 0)
 			rc = mdb_txn_commit(txn); /* the publish point */
 		else
 			mdb_txn_abort(txn);
@@ -706,9 +776,11 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		if (grown > SNAP_MAP_MAX || attempt >= 40)
 			return mfs_errf(errstr, errstr_size, MFS_ELMDB, "LMDB map full at %zu bytes on %s; not growing further",
 			                (size_t)ei.me_mapsize, w->sw_dir);
-		if ((rc = mdb_env_set_mapsize(w->sw_env, grown)))
+		if ((rc = mfs_fault("snapshot.grow")) || (rc = mdb_env_set_mapsize(w->sw_env, grown)))
 			return lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
 		mfs_info("snap", "msg=\"map full, doubled\" map_size=%zu", grown);
+		if ((rc = reserve(w, nu + ni, vbytes, errstr, errstr_size)))
+			return rc;
 	}
 	if (seq)
 		*seq = s;
