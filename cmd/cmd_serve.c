@@ -4,15 +4,18 @@
  *   mfstream serve --embedded-broker --topic T --snapshot DIR [--partitions P]
  *
  * --brokers, --topic (repeatable; adds to serve.topics), --partitions and --embedded-broker
- * are taken out of argv before the configuration chain (as in cmd_produce.c). SIGINT/SIGTERM
- * stop the loop: what was polled is applied, a final snapshot is published and its offsets
- * committed. Exit: 0 clean stop, 1 failure at run time, 2 usage or configuration.
+ * are taken out of argv before the configuration chain (as in cmd_produce.c). SIGINT, SIGTERM
+ * and SIGQUIT stop the loop: what was polled is applied, a final snapshot is published and its
+ * offsets committed. SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored (nothing reloads);
+ * SIGPIPE is ignored; a crash logs its signal. Exit: 0 clean stop, 1 failure at run time, 2
+ * usage or configuration.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "common/err.h"
@@ -32,12 +35,31 @@ static const char serve_usage[] =
 	"Consumes rating events, updates the model with SGD, publishes snapshots (touched rows and\n"
 	"the Kafka offsets they cover in one LMDB txn); on restart resumes from the snapshot.\n";
 
-static volatile sig_atomic_t serve_stop;
+static volatile sig_atomic_t serve_stop, serve_ignored;
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	serve_stop = 1;
+	serve_stop = sig;
+}
+
+static void on_ignored(int sig)
+{
+	serve_ignored = sig;
+}
+
+/* A crash still says so in the log: a fixed line (write(2) is all a handler may use), then the
+ * default action (a core, where enabled), so no signal ends the service without a word. */
+static void on_fatal_signal(int sig)
+{
+	static const char pre[] = "level=error mod=serve msg=\"fatal signal: exiting\" signal=";
+	const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
+	                 : sig == SIGILL ? "SIGILL" : "SIGABRT";
+	ssize_t w = write(2, pre, sizeof pre - 1);
+	w = write(2, name, strlen(name));
+	w = write(2, "\n", 1);
+	(void)w;
+	signal(sig, SIG_DFL);
+	raise(sig);
 }
 
 
@@ -129,7 +151,19 @@ int mfs_cmd_serve(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	mfs_serve_opts_t so = {brokers, topics, n_topics, embedded};
+	sigaction(SIGQUIT, &sa, NULL);
+	/* SIGHUP (no reload: every key is read at start), SIGUSR1/2: logged, nothing else */
+	sa.sa_handler = on_ignored;
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR2, &sa, NULL);
+	sa.sa_handler = SIG_IGN; /* a peer gone mid-write is an error return, not the end */
+	sigaction(SIGPIPE, &sa, NULL);
+	sa.sa_handler = on_fatal_signal;
+	sa.sa_flags = SA_RESETHAND;
+	for (size_t j = 0; j < 5; j++)
+		sigaction((int[]){SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}[j], &sa, NULL);
+	mfs_serve_opts_t so = {brokers, topics, n_topics, embedded, &serve_ignored};
 	rc = mfs_serve_run(&c, &so, &serve_stop, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "mfstream serve: %s\n", *err ? err : mfs_strerror(rc));

@@ -156,6 +156,7 @@ static void gauge_assigned(mfs_consumer_t *s)
 	for (size_t j = 0; j < s->parts.n; j++)
 		n += s->parts.p[j].assigned;
 	mfs_gauge_set(s->cat->partitions_assigned, (double)n);
+	mfs_http_set_ready(s->http, n > 0); /* ready: partitions assigned (METRICS.md), also after a revoke or loss */
 }
 
 static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
@@ -173,7 +174,6 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 		tp->offset = p->off.next >= 0 ? p->off.next : RD_KAFKA_OFFSET_BEGINNING;
 	}
 	gauge_assigned(s);
-	mfs_http_set_ready(s->http, 1);
 }
 
 static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
@@ -207,6 +207,42 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *parts)
 	s->paused = 0; /* the queue was drained; a new assignment starts unpaused */
 }
 
+/* Copy a rejected message raw (value and key) to serve.dead_letter_topic, with headers that say
+ * why and where it came from (docs/EVENT_FORMAT.md, "Dead letters"). The original timestamp goes
+ * in a header, not in the dead letter's own timestamp: the topic's time-based retention would
+ * count from it, and the dead letters of a backfill of old data could expire at once. */
+static void dead_letter(mfs_consumer_t *s, const rd_kafka_message_t *msg, int reason, long index, const char *detail)
+{
+	char idx[24], part[16], off[24], tsv[24];
+	rd_kafka_timestamp_type_t tt;
+	const int64_t ts = rd_kafka_message_timestamp(msg, &tt);
+	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
+	snprintf(idx, sizeof idx, "%ld", index);
+	snprintf(part, sizeof part, "%" PRId32, msg->partition);
+	snprintf(off, sizeof off, "%" PRId64, msg->offset);
+	rd_kafka_header_add(h, "mfs.reason", -1, mfs_reject_name(reason), -1);
+	rd_kafka_header_add(h, "mfs.event_index", -1, idx, -1);
+	rd_kafka_header_add(h, "mfs.detail", -1, detail, -1);
+	rd_kafka_header_add(h, "mfs.topic", -1, rd_kafka_topic_name(msg->rkt), -1);
+	rd_kafka_header_add(h, "mfs.partition", -1, part, -1);
+	rd_kafka_header_add(h, "mfs.offset", -1, off, -1);
+	if (tt != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0) {
+		snprintf(tsv, sizeof tsv, "%" PRId64, ts);
+		rd_kafka_header_add(h, "mfs.timestamp", -1, tsv, -1);
+	}
+	rd_kafka_resp_err_t ke = rd_kafka_producev(
+		s->dlq, RD_KAFKA_V_TOPIC(s->c->serve_dead_letter_topic), RD_KAFKA_V_VALUE(msg->payload, msg->len),
+		RD_KAFKA_V_KEY(msg->key, msg->key_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+		RD_KAFKA_V_END);
+	if (ke) {
+		rd_kafka_headers_destroy(h); /* librdkafka owns them only once the produce succeeded */
+		mfs_warn("serve", "msg=\"dead-letter produce failed\" err=\"%s\"", rd_kafka_err2str(ke));
+	} else {
+		mfs_counter_inc(s->cat->dead_letter_messages);
+	}
+	rd_kafka_poll(s->dlq, 0);
+}
+
 static void reject(mfs_consumer_t *s, const rd_kafka_message_t *msg, int reason, long index, const char *detail)
 {
 	if (MFS_NEVER(reason < 0 || reason >= MFS_REJ__COUNT)) /* the decoder names a reason it has */
@@ -216,18 +252,8 @@ static void reject(mfs_consumer_t *s, const rd_kafka_message_t *msg, int reason,
 	                    "msg=rejected reason=%s topic=%s partition=%d offset=%" PRId64 " event=%ld detail=\"%s\"",
 	                    mfs_reject_name(reason), rd_kafka_topic_name(msg->rkt), (int)msg->partition, msg->offset, index,
 	                    detail);
-	if (s->dlq) {
-		rd_kafka_resp_err_t ke = rd_kafka_producev(
-			s->dlq, RD_KAFKA_V_TOPIC(s->c->serve_dead_letter_topic),
-			RD_KAFKA_V_VALUE(msg->payload, msg->len), RD_KAFKA_V_KEY(msg->key, msg->key_len),
-			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-			RD_KAFKA_V_HEADER("mfs.reason", mfs_reject_name(reason), (ssize_t)-1), RD_KAFKA_V_END);
-		if (ke)
-			mfs_warn("serve", "msg=\"dead-letter produce failed\" err=\"%s\"", rd_kafka_err2str(ke));
-		else
-			mfs_counter_inc(s->cat->dead_letter_messages);
-		rd_kafka_poll(s->dlq, 0);
-	}
+	if (s->dlq)
+		dead_letter(s, msg, reason, index, detail);
 }
 
 static int handle(mfs_consumer_t *s, rd_kafka_message_t *msg)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,23 @@ static void deadline_arm(int64_t ms, int status)
 	pthread_detach(t);
 }
 
+const char *mfs_signal_name(int sig)
+{
+	switch (sig) {
+	case SIGHUP: return "SIGHUP";
+	case SIGINT: return "SIGINT";
+	case SIGQUIT: return "SIGQUIT";
+	case SIGTERM: return "SIGTERM";
+	case SIGUSR1: return "SIGUSR1";
+	case SIGUSR2: return "SIGUSR2";
+	default: {
+		static char buf[24];
+		snprintf(buf, sizeof buf, "signal %d", sig);
+		return buf;
+	}
+	}
+}
+
 int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_atomic_t *stop, char *errstr,
                   size_t es)
 {
@@ -168,6 +186,13 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 	int fatal = 0;
 	while (!*stop && !fatal) {
 		mfs_http_heartbeat(http);
+		if (o->ignored && *o->ignored) {
+			const int sig = *o->ignored;
+			*o->ignored = 0;
+			mfs_warn("serve", "msg=\"signal ignored\" signal=%s detail=\"the configuration is read at start only: "
+			                  "restart to change it; SIGTERM or SIGINT stop\"",
+			         mfs_signal_name(sig));
+		}
 		if ((fatal = mfs_consumer_step(cons)))
 			break;
 		if (mfs_batchq_failed(&s.queue)) { /* the learner stopped: do not wait for a message to find out */
@@ -204,6 +229,9 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		rc = rc ? rc : MFS_EINVAL;
 		goto out;
 	}
+	if (*stop)
+		mfs_info("serve", "msg=stopping signal=%s detail=\"applying what was polled, final snapshot, commit\"",
+		         mfs_signal_name((int)*stop));
 	/* shutdown: stop polling, let the learner apply everything and publish, commit, close */
 	rc = mfs_consumer_barrier(cons, MFS_EBATCH_FINAL);
 	learner_done = 1;

@@ -21,9 +21,13 @@ typedef struct mfs_serve_opts {
 	char *const *topics;   /* topics to consume */
 	size_t n_topics;
 	int embedded;          /* the broker is librdkafka's mock cluster (--embedded-broker) */
+	volatile sig_atomic_t *ignored; /* a signal handler puts here a signal it ignored (logged) */
 } mfs_serve_opts_t;
 
-/** Run until *stop becomes non-zero (a signal handler sets it), then apply what was polled,
+/** "SIGTERM" and so on, for log lines ("signal N" for others; a static buffer for those). */
+const char *mfs_signal_name(int sig);
+
+/** Run until *stop becomes non-zero (a signal handler sets it to the signal's number), then apply what was polled,
  *  publish the final snapshot, commit and close. @return 0, or an error code (errstr says why). */
 int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_atomic_t *stop, char *errstr,
                   size_t errstr_size);

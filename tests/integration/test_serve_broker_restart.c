@@ -14,7 +14,9 @@
  *    down once more and serve is stopped with SIGTERM: it exits 0 within 60 s, with the final
  *    snapshot published (the offsets in it cover everything applied), though no offset can be
  *    committed to the broker. (About one such shutdown in six, librdkafka 2.0's rd_kafka_destroy
- *    never returns with the broker gone; serve.kafka_close_ms, here 5 s, bounds the wait.)
+ *    never returns with the broker gone; serve.kafka_close_ms, here 5 s, bounds the wait, and
+ *    serve.stop_deadline_ms the whole stop.) While the session is lost /readyz is 503 (nothing
+ *    assigned) and /healthz 200; once reassigned /readyz is 200 again.
  */
 #include "serve_help.h"
 
@@ -93,6 +95,16 @@ static void test_broker_restart(void)
 		nanosleep(&(struct timespec){0, 100 * 1000000}, NULL);
 	TEST_ASSERT_MSG(sh_log_count(log, "lost=1") > 0, "no lost assignment logged within 60 s (log %s)", log);
 	TEST_ASSERT_MSG(waitpid(pid, NULL, WNOHANG) == 0, "serve exited while the broker was down (log %s)", log);
+	/* nothing assigned: not ready, yet alive (it serves its last snapshot) */
+	char body[4096];
+	const int port = sh_logged_port(log);
+	int ready = 0, alive;
+	for (double until = mfs_now_s() + 30; mfs_now_s() < until; nanosleep(&(struct timespec){0, 50000000}, NULL))
+		if ((ready = sh_http_get(port, "/readyz", body, sizeof body)) == 503)
+			break; /* (the revoke's snapshot comes first) */
+	alive = sh_http_get(port, "/healthz", body, sizeof body);
+	TEST_ASSERT_MSG(ready == 503 && alive == 200, "session lost: /readyz %d (want 503), /healthz %d (want 200)", ready,
+	                alive);
 	brc = sh_own_broker_do(bdir, "restart");
 	TEST_EQ_INT(brc, 0);
 	total += sh_produce_valid(bs, topic, 50000, 33);
@@ -100,6 +112,8 @@ static void test_broker_restart(void)
 	TEST_ASSERT_MSG(!died, "serve died (log %s)", log);
 	TEST_ASSERT_MSG(s.events + s.held_out == total, "after the session was lost: %" PRIu64 " of %" PRIu64 " (log %s)",
 	                s.events + s.held_out, total, log);
+	ready = sh_http_get(port, "/readyz", body, sizeof body);
+	TEST_ASSERT_MSG(ready == 200, "reassigned: /readyz %d (want 200)", ready);
 
 	/* the invariant held in every snapshot sampled (the topic read while the broker is up) */
 	int64_t lo[N_PARTS], hi[N_PARTS];
@@ -113,7 +127,10 @@ static void test_broker_restart(void)
 	brc = sh_own_broker_do(bdir, "kill");
 	TEST_EQ_INT(brc, 0);
 	const uint64_t seq = sh_read(snap).seq;
+	const double t_stop = mfs_now_s();
 	int rc = sh_stop(pid, 60);
+	/* serve.stop_deadline_ms (10 s) after the final snapshot, whatever librdkafka does */
+	fprintf(stderr, "  SIGTERM with the broker down: exit %d after %.1f s\n", rc, mfs_now_s() - t_stop);
 	TEST_ASSERT_MSG(rc == 0, "serve exited with %d after SIGTERM with the broker down (log %s)", rc, log);
 	s = sh_read(snap);
 	TEST_ASSERT(s.seq >= seq);

@@ -337,6 +337,23 @@ static void test_k_and_version_mismatch(void)
 	mfs_model_free(m8);
 }
 
+/* One writer per directory: a second one is refused, naming the first one's pid, until the
+ * first closes. */
+static void test_one_writer(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_snap_writer_t *w1 = NULL, *w2 = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w1, errbuf, sizeof errbuf));
+	TEST_EQ_INT(mfs_snap_writer_open(dir, 1 << 20, &w2, errbuf, sizeof errbuf), EBUSY);
+	TEST_ASSERT(w2 == NULL);
+	char want[64];
+	snprintf(want, sizeof want, "in use by another writer (pid %ld", (long)getpid());
+	TEST_ASSERT_MSG(strstr(errbuf, want) != NULL, "%s", errbuf);
+	mfs_snap_writer_close(w1);
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w2, errbuf, sizeof errbuf));
+	mfs_snap_writer_close(w2);
+}
+
 /* ---- map growth ------------------------------------------------------------------------------ */
 static void test_map_grows(void)
 {
@@ -576,6 +593,7 @@ int main(void)
 	TEST_RUN(test_offsets);
 	TEST_RUN(test_nan_refused);
 	TEST_RUN(test_k_and_version_mismatch);
+	TEST_RUN(test_one_writer);
 	TEST_RUN(test_map_grows);
 	TEST_RUN(test_predict);
 	TEST_RUN(test_topk);
