@@ -51,12 +51,20 @@ int mfs_ebatch_advance(mfs_ebatch_t *b, const char *topic, int32_t partition, in
 	return 0;
 }
 
+int mfs_ebatch_reset(mfs_ebatch_t *b, const char *topic, int32_t partition, int64_t next)
+{
+	if (mfs_grow((void **)&b->reset, &b->cap_reset, b->n_reset + 1, sizeof *b->reset))
+		return ENOMEM;
+	b->reset[b->n_reset++] = (mfs_offset_t){topic, partition, next};
+	return 0;
+}
+
 void mfs_ebatch_clear(mfs_ebatch_t *b)
 {
 	for (size_t j = 0; j < b->n_keep; j++)
 		if (b->keep_free)
 			b->keep_free(b->keep[j]);
-	b->n = b->n_keep = b->n_ts = b->n_off = 0;
+	b->n = b->n_keep = b->n_ts = b->n_off = b->n_reset = 0;
 	memset(b->rejected, 0, sizeof b->rejected);
 	b->digest = 0;
 	b->messages = 0;
@@ -75,6 +83,7 @@ void mfs_ebatch_free(mfs_ebatch_t *b)
 	free(b->keep);
 	free(b->ts);
 	free(b->off);
+	free(b->reset);
 	free(b);
 }
 

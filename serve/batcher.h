@@ -41,6 +41,9 @@ typedef struct mfs_ebatch {
 	mfs_offset_t *off;    /* next: the next offset to consume once this batch is applied; topic
 	                         strings are the producer side's and outlive the batch */
 	size_t n_off, cap_off;
+	mfs_offset_t *reset;  /* partitions started again at `next` (serve.offset_mismatch=reset): the
+	                         learner takes these as they are, before off's (which only advance) */
+	size_t n_reset, cap_reset;
 	uint64_t rejected[MFS_REJ__COUNT];
 	/* computed by the consumer thread as events are added, so the learner does not hash: */
 	uint64_t digest;    /* sum mod 2^64 of mfs_event_digest() of ev[0..n) */
@@ -60,12 +63,14 @@ int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, v
                           double holdout_fraction);
 /** Record that partition (topic, partition) continues at `next` once this batch is applied. */
 int mfs_ebatch_advance(mfs_ebatch_t *b, const char *topic, int32_t partition, int64_t next);
+/** Record that partition (topic, partition) starts again at `next`, below where it was. */
+int mfs_ebatch_reset(mfs_ebatch_t *b, const char *topic, int32_t partition, int64_t next);
 /** Empty b (what it kept released), keeping its arrays. */
 void mfs_ebatch_clear(mfs_ebatch_t *b);
 void mfs_ebatch_free(mfs_ebatch_t *b);
 static inline int mfs_ebatch_empty(const mfs_ebatch_t *b)
 {
-	return b->n_off == 0 && b->n == 0 && b->barrier == 0;
+	return b->n_off == 0 && b->n_reset == 0 && b->n == 0 && b->barrier == 0;
 }
 
 typedef struct mfs_batchq {

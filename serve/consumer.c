@@ -159,6 +159,45 @@ static void gauge_assigned(mfs_consumer_t *s)
 	mfs_http_set_ready(s->http, n > 0); /* ready: partitions assigned (METRICS.md), also after a revoke or loss */
 }
 
+/* The partition's log must reach the offset the snapshot resumes at: a log that ends below it
+ * (the topic recreated, another cluster, the embedded broker started afresh) would have every
+ * new event skipped in silence until the log grows past the stored offset. serve.offset_mismatch
+ * says what to do: fail (stop with the numbers) or reset (start at the log's beginning). Asked
+ * of the broker (up to 10 s); when it does not answer, the check is skipped with a warning.
+ * @return 0, or MFS_EKAFKA with s->err set. */
+static int check_log_end(mfs_consumer_t *s, mfs_part_t *p)
+{
+	int64_t lo = -1, hi = -1;
+	rd_kafka_resp_err_t ke = rd_kafka_query_watermark_offsets(s->rk, p->off.topic, p->off.partition, &lo, &hi, 10000);
+	if (ke) {
+		mfs_warn("serve", "msg=\"could not check the log end against the snapshot\" topic=%s partition=%d err=\"%s\"",
+		         p->off.topic, (int)p->off.partition, rd_kafka_err2str(ke));
+		return 0;
+	}
+	if (hi >= p->off.next)
+		return 0;
+	if (s->c->serve_offset_mismatch == 0) { /* fail */
+		snprintf(s->err, sizeof s->err,
+		         "topic %s partition %d ends at offset %" PRId64 " but the snapshot resumes at %" PRId64
+		         " (the topic was recreated, or this is another cluster): every new event would be skipped. Use a "
+		         "new snapshot.dir, or serve.offset_mismatch=reset to start this partition at its log start",
+		         p->off.topic, (int)p->off.partition, hi, p->off.next);
+		mfs_error("serve", "msg=\"offset beyond the log\" topic=%s partition=%d stored_offset=%" PRId64
+		                   " log_end=%" PRId64 " action=fail", p->off.topic, (int)p->off.partition, p->off.next, hi);
+		return MFS_EKAFKA;
+	}
+	mfs_warn("serve", "msg=\"offset beyond the log: starting the partition at its log start\" topic=%s partition=%d "
+	                  "stored_offset=%" PRId64 " log_end=%" PRId64 " log_start=%" PRId64 " action=reset",
+	         p->off.topic, (int)p->off.partition, p->off.next, hi, lo);
+	mfs_counter_add(s->cat->offset_resets, 1);
+	p->off.next = lo >= 0 ? lo : 0;
+	if (mfs_ebatch_reset(s->cur, p->off.topic, p->off.partition, p->off.next)) { /* the learner's too */
+		snprintf(s->err, sizeof s->err, "out of memory");
+		return ENOMEM;
+	}
+	return 0;
+}
+
 static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 {
 	mfs_consumer_t *s = ctx;
@@ -171,6 +210,9 @@ static void on_assign(void *ctx, rd_kafka_topic_partition_list_t *parts)
 		}
 		p->assigned = 1;
 		p->at_end = 0;
+		int rc;
+		if (p->off.next > 0 && !s->fatal && (rc = check_log_end(s, p)))
+			s->fatal = rc;
 		tp->offset = p->off.next >= 0 ? p->off.next : RD_KAFKA_OFFSET_BEGINNING;
 	}
 	gauge_assigned(s);

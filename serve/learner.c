@@ -295,6 +295,13 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	mfs_replay_credit(&l->rp, nt);
 	l->meta.held_out += nh;
+	for (size_t j = 0; j < b->n_reset; j++) { /* a partition started again below its offset */
+		mfs_part_t *o = mfs_parts_get(&l->offs, b->reset[j].topic, b->reset[j].partition);
+		if (!o)
+			return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
+		o->off.next = b->reset[j].next;
+		l->dirty = 1;
+	}
 	for (size_t j = 0; j < b->n_off; j++) {
 		mfs_part_t *o = mfs_parts_get(&l->offs, b->off[j].topic, b->off[j].partition);
 		if (!o)
