@@ -33,20 +33,22 @@
 
 #define SH_MAX_PARTS 16
 
-/* One invalid message per rejection reason (rating range 0.5..5), built by hand. */
+/* One invalid message per rejection reason (rating range 0.5..5), built by hand, with the
+ * event number the decoder reports for it (-1: the message as a whole). */
 static const struct {
 	const char *bytes;
 	size_t len;
 	int reason;
+	long index;
 } sh_bad[] = {
-	{"\xc1", 1, MFS_REJ_NOT_MSGPACK},
-	{"\x05", 1, MFS_REJ_WRONG_TYPE},
-	{"\x80", 1, MFS_REJ_MISSING_FIELD},
-	{"\x93\x01\x02\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", 12, MFS_REJ_NAN},
-	{"\x93\x01\x02\x06", 4, MFS_REJ_RANGE},
-	{"\x93\xa0\x02\x03", 4, MFS_REJ_ID_LEN},
-	{"\x93\x01\x02\x03\x00", 5, MFS_REJ_TRAILING},
-	{"\x90", 1, MFS_REJ_EMPTY},
+	{"\xc1", 1, MFS_REJ_NOT_MSGPACK, -1},
+	{"\x05", 1, MFS_REJ_WRONG_TYPE, -1},
+	{"\x80", 1, MFS_REJ_MISSING_FIELD, 0},
+	{"\x93\x01\x02\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", 12, MFS_REJ_NAN, 0},
+	{"\x93\x01\x02\x06", 4, MFS_REJ_RANGE, 0},
+	{"\x93\xa0\x02\x03", 4, MFS_REJ_ID_LEN, 0},
+	{"\x93\x01\x02\x03\x00", 5, MFS_REJ_TRAILING, -1},
+	{"\x90", 1, MFS_REJ_EMPTY, -1},
 };
 #define SH_N_BAD (sizeof sh_bad / sizeof sh_bad[0])
 
@@ -91,7 +93,8 @@ static uint64_t sh_produce_valid(const char *bootstraps, const char *topic, long
 	return got;
 }
 
-/* Every sh_bad message once, spread over the partitions; checks the decoder agrees first. */
+/* Every sh_bad message once, message j in partition j % parts with key "bad-<j>"; checks the
+ * decoder agrees first. */
 static void sh_produce_bad(const char *bootstraps, const char *topic, int parts)
 {
 	char e[512];
@@ -102,7 +105,8 @@ static void sh_produce_bad(const char *bootstraps, const char *topic, int parts)
 		long idx;
 		char d[256];
 		int rc = mfs_event_decode(sh_bad[j].bytes, sh_bad[j].len, &eo, &evs, &reason, &idx, d, sizeof d);
-		TEST_ASSERT_MSG(rc == MFS_EDECODE && reason == sh_bad[j].reason, "bad #%zu: rc=%d reason=%d", j, rc, reason);
+		TEST_ASSERT_MSG(rc == MFS_EDECODE && reason == sh_bad[j].reason && idx == sh_bad[j].index,
+		                "bad #%zu: rc=%d reason=%d index=%ld", j, rc, reason, idx);
 	}
 	mfs_events_free(&evs);
 	rd_kafka_conf_t *kc = rd_kafka_conf_new();
@@ -111,10 +115,14 @@ static void sh_produce_bad(const char *bootstraps, const char *topic, int parts)
 	TEST_ASSERT_MSG(rk != NULL, "%s", e);
 	if (!rk)
 		return;
-	for (size_t j = 0; j < SH_N_BAD; j++)
+	for (size_t j = 0; j < SH_N_BAD; j++) {
+		char key[32];
+		snprintf(key, sizeof key, "bad-%zu", j);
 		TEST_OK(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION((int32_t)(j % (size_t)parts)),
 		                          RD_KAFKA_V_VALUE((void *)(uintptr_t)sh_bad[j].bytes, sh_bad[j].len),
-		                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END));
+		                          RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		                          RD_KAFKA_V_END));
+	}
 	TEST_OK(rd_kafka_flush(rk, 20000));
 	rd_kafka_destroy(rk);
 }

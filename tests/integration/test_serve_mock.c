@@ -7,7 +7,8 @@
  * exactly and mu_count == N; every rejected/<reason> == 1; the stored offset of every
  * partition == its high watermark (low watermarks 0: the mock kept everything). A second run
  * on the same snapshot with nothing new applies nothing twice. serve.dead_letter_topic: each
- * invalid message is copied raw, once, with header mfs.reason = its reason.
+ * invalid message is copied raw, once, with its key and the mfs.* headers (reason, event index,
+ * detail, original topic/partition/offset/timestamp) of docs/EVENT_FORMAT.md.
  */
 #include "serve_help.h"
 
@@ -17,51 +18,142 @@
 #define N_PARTS 3
 #define N_EVENTS 50000
 
-/* The dead-letter topic holds each invalid message once, raw, with header mfs.reason. */
-static void check_dead_letters(const char *bs, const char *dlq)
+/* Header name of a dead letter as a string in buf. @return 1 if it is there (and fits). */
+static int dl_header(rd_kafka_headers_t *h, const char *name, char *buf, size_t size)
+{
+	const void *v = NULL;
+	size_t n = 0;
+	if (!h || rd_kafka_header_get_last(h, name, &v, &n) || !v || n >= size)
+		return 0;
+	memcpy(buf, v, n);
+	buf[n] = '\0';
+	return 1;
+}
+
+/* The message at topic/partition/offset, through the consumer rk (its assignment is replaced). */
+static rd_kafka_message_t *read_at(rd_kafka_t *rk, const char *topic, int32_t part, int64_t off)
+{
+	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(tp, topic, part)->offset = off;
+	rd_kafka_resp_err_t ke = rd_kafka_assign(rk, tp);
+	rd_kafka_topic_partition_list_destroy(tp);
+	for (double end = mfs_now_s() + 10; !ke && mfs_now_s() < end;) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+		if (m && !m->err && m->partition == part && m->offset == off)
+			return m;
+		if (m)
+			rd_kafka_message_destroy(m);
+	}
+	return NULL;
+}
+
+static rd_kafka_t *dl_consumer(const char *bs, const char *group)
 {
 	char e[512];
 	rd_kafka_conf_t *kc;
-	static const char *const defaults[] = {"group.id", "mfs-test-dlq-reader", "enable.auto.commit", "false", NULL};
+	const char *const defaults[] = {"group.id", group, "enable.auto.commit", "false", NULL};
 	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
 	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
 	TEST_ASSERT_MSG(rk != NULL, "%s", e);
-	if (!rk)
-		return;
-	rd_kafka_poll_set_consumer(rk);
+	if (rk)
+		rd_kafka_poll_set_consumer(rk);
+	return rk;
+}
+
+/* The dead-letter topic holds each invalid message once, raw, with its key and the headers of
+ * docs/EVENT_FORMAT.md: mfs.reason, mfs.event_index (-1 for the message as a whole), mfs.detail
+ * (the decoder's line), and mfs.topic/partition/offset/timestamp naming the original, which is
+ * read back from the source topic and compared. */
+static void check_dead_letters(const char *bs, const char *topic, const char *dlq)
+{
+	rd_kafka_t *rk = dl_consumer(bs, "mfs-test-dlq-reader"), *src = dl_consumer(bs, "mfs-test-dlq-source");
+	if (!rk || !src)
+		goto done;
 	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(tp, dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	TEST_OK(rd_kafka_assign(rk, tp));
 	rd_kafka_topic_partition_list_destroy(tp);
+	const mfs_event_opts_t eo = {0.5, 5.0, 0}; /* serve's rating.min/max defaults */
+	mfs_events_t evs = {0};
 	int seen[SH_N_BAD] = {0}, n = 0;
 	double end = mfs_now_s() + 10;
 	while (n < (int)SH_N_BAD && mfs_now_s() < end) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 		if (!m)
 			continue;
-		if (!m->err) {
-			n++;
-			rd_kafka_headers_t *h = NULL;
-			const void *hv = NULL;
-			size_t hl = 0;
-			int found = rd_kafka_message_headers(m, &h) == 0 && rd_kafka_header_get_last(h, "mfs.reason", &hv, &hl) == 0;
-			TEST_ASSERT_MSG(found, "dead letter at %" PRId64 " has no mfs.reason header", m->offset);
-			for (size_t j = 0; found && j < SH_N_BAD; j++)
-				if (m->len == sh_bad[j].len && memcmp(m->payload, sh_bad[j].bytes, m->len) == 0) {
-					const char *want = mfs_reject_name(sh_bad[j].reason);
-					TEST_ASSERT_MSG(hl == strlen(want) && memcmp(hv, want, hl) == 0, "reason %.*s, want %s", (int)hl,
-					                (const char *)hv, want);
-					seen[j]++;
-				}
+		if (m->err) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		n++;
+		rd_kafka_headers_t *h = NULL;
+		char reason[64], index[32], detail[512], otopic[256], opart[16], ooff[32], ots[32], want[512];
+		if (rd_kafka_message_headers(m, &h))
+			h = NULL;
+		int all = dl_header(h, "mfs.reason", reason, sizeof reason) &&
+		          dl_header(h, "mfs.event_index", index, sizeof index) &&
+		          dl_header(h, "mfs.detail", detail, sizeof detail) &&
+		          dl_header(h, "mfs.topic", otopic, sizeof otopic) &&
+		          dl_header(h, "mfs.partition", opart, sizeof opart) &&
+		          dl_header(h, "mfs.offset", ooff, sizeof ooff) && dl_header(h, "mfs.timestamp", ots, sizeof ots);
+		TEST_ASSERT_MSG(all, "dead letter at %" PRId64 " lacks an mfs.* header", m->offset);
+		size_t j = 0;
+		while (j < SH_N_BAD && !(m->len == sh_bad[j].len && memcmp(m->payload, sh_bad[j].bytes, m->len) == 0))
+			j++;
+		TEST_ASSERT_MSG(j < SH_N_BAD, "dead letter at %" PRId64 " is none of the invalid messages", m->offset);
+		if (!all || j == SH_N_BAD) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		seen[j]++;
+		TEST_ASSERT_MSG(strcmp(reason, mfs_reject_name(sh_bad[j].reason)) == 0, "#%zu: reason %s, want %s", j,
+		                reason, mfs_reject_name(sh_bad[j].reason));
+		snprintf(want, sizeof want, "%ld", sh_bad[j].index);
+		TEST_ASSERT_MSG(strcmp(index, want) == 0, "#%zu: mfs.event_index %s, want %s", j, index, want);
+		int r;
+		long idx;
+		want[0] = '\0';
+		mfs_event_decode(sh_bad[j].bytes, sh_bad[j].len, &eo, &evs, &r, &idx, want, sizeof want);
+		TEST_ASSERT_MSG(*detail && strcmp(detail, want) == 0, "#%zu: mfs.detail \"%s\", want \"%s\"", j, detail,
+		                want);
+		/* where sh_produce_bad put it: partition j % N_PARTS, key "bad-<j>" */
+		char key[32];
+		snprintf(key, sizeof key, "bad-%zu", j);
+		TEST_ASSERT_MSG(m->key_len == strlen(key) && memcmp(m->key, key, m->key_len) == 0, "#%zu: key %.*s", j,
+		                (int)m->key_len, m->key ? (const char *)m->key : "");
+		TEST_ASSERT_MSG(strcmp(otopic, topic) == 0, "#%zu: mfs.topic %s, want %s", j, otopic, topic);
+		snprintf(want, sizeof want, "%d", (int)(j % N_PARTS));
+		TEST_ASSERT_MSG(strcmp(opart, want) == 0, "#%zu: mfs.partition %s, want %s", j, opart, want);
+		/* the original, read at mfs.offset: same bytes, same key, mfs.timestamp its timestamp */
+		char *e1, *e2;
+		long long off = strtoll(ooff, &e1, 10), part = strtoll(opart, &e2, 10);
+		TEST_ASSERT_MSG(*ooff && !*e1 && off >= 0 && !*e2, "#%zu: mfs.offset %s", j, ooff);
+		rd_kafka_message_t *o = read_at(src, topic, (int32_t)part, off);
+		TEST_ASSERT_MSG(o != NULL, "#%zu: no message at %s/%s/%s", j, otopic, opart, ooff);
+		if (o) {
+			TEST_ASSERT_MSG(o->len == m->len && memcmp(o->payload, m->payload, m->len) == 0,
+			                "#%zu: the message at %s/%s/%s is not the dead letter's", j, otopic, opart, ooff);
+			TEST_ASSERT(o->key_len == m->key_len && memcmp(o->key, m->key, m->key_len) == 0);
+			snprintf(want, sizeof want, "%" PRId64, rd_kafka_message_timestamp(o, NULL));
+			TEST_ASSERT_MSG(strcmp(ots, want) == 0, "#%zu: mfs.timestamp %s, want %s", j, ots, want);
+			rd_kafka_message_destroy(o);
 		}
 		rd_kafka_message_destroy(m);
 	}
 	for (size_t j = 0; j < SH_N_BAD; j++)
 		TEST_ASSERT_MSG(seen[j] == 1, "invalid message #%zu (%s) dead-lettered %d times", j,
 		                mfs_reject_name(sh_bad[j].reason), seen[j]);
-	rd_kafka_consumer_close(rk);
-	rd_kafka_destroy(rk);
+	mfs_events_free(&evs);
+done:
+	if (src) {
+		rd_kafka_consumer_close(src);
+		rd_kafka_destroy(src);
+	}
+	if (rk) {
+		rd_kafka_consumer_close(rk);
+		rd_kafka_destroy(rk);
+	}
 }
 
 /* Scrape /metrics while the service runs: the counters equal what was produced and rejected,
@@ -217,7 +309,7 @@ static void test_serve_exactly_once(void)
 		                s.off[p], hi[p]);
 	}
 
-	check_dead_letters(bs, dlq);
+	check_dead_letters(bs, topic, dlq);
 
 	/* restart on the same snapshot (another group: committed offsets must not matter) */
 	uint64_t seq = s.seq;
