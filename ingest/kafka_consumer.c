@@ -33,7 +33,13 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
 				mfs_error("kafka", "msg=\"assign failed\" err=\"%s\"", rd_kafka_err2str(e));
 		}
 	} else {
-		mfs_info("kafka", "msg=revoked partitions=%d lost=%d", parts->cnt, rd_kafka_assignment_lost(rk));
+		const int lost = rd_kafka_assignment_lost(rk);
+		mfs_info("kafka", "msg=revoked partitions=%d lost=%d", parts->cnt, lost);
+		if (lost)
+			mfs_warn("kafka", "msg=\"group session lost: partitions revoked\" partitions=%d detail=\"the broker was "
+			                  "away past kafka.session.timeout.ms; the last snapshot is still served; consumption "
+			                  "resumes on reassignment\"",
+			         parts->cnt);
 		if (cbs->on_revoke)
 			cbs->on_revoke(cbs->ctx, parts);
 		if (coop) {

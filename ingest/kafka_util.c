@@ -29,10 +29,11 @@ void mfs_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const ch
 {
 	/* syslog levels: 0..3 emerg/alert/crit/err, 4 warning, 5 notice, 6 info, 7 debug.
 	 * FAIL (a broker connection failed or dropped) is logged as an error by librdkafka but is
-	 * retriable: it reconnects on its own, so it is a warning here. */
+	 * retriable, and the same failure reaches the client as an error event, which serve's
+	 * consumer and the producer log once in their own words: debug here. */
 	int lv = level <= 3 ? MFS_LOG_ERROR : level == 4 ? MFS_LOG_WARN : level <= 6 ? MFS_LOG_INFO : MFS_LOG_DEBUG;
-	if (lv == MFS_LOG_ERROR && fac && strcmp(fac, "FAIL") == 0)
-		lv = MFS_LOG_WARN;
+	if (fac && strcmp(fac, "FAIL") == 0) /* also an error event: serve says it once, in words */
+		lv = MFS_LOG_DEBUG;
 	if (lv < mfs_log_get_level())
 		return;
 	char qm[1024], qn[256];

@@ -51,6 +51,7 @@ struct mfs_consumer {
 	uint64_t pauses;
 	mfs_parts_t parts; /* next: the next offset to take in (last taken + 1); assigned; at_end */
 	mfs_log_rl_t rej_rl; /* rejected-message log lines: at most one per second */
+	mfs_log_rl_t err_rl[4]; /* consumer errors by kind (consumer_error) */
 	int fatal;
 	uint64_t messages;
 	double next_lag;
@@ -298,6 +299,42 @@ static void reject(mfs_consumer_t *s, const rd_kafka_message_t *msg, int reason,
 		dead_letter(s, msg, reason, index, detail);
 }
 
+/* A librdkafka error event, said once in the service's words: what it means for the stream
+ * and what happens next. Repeats of one kind are folded (one line per 30 s, suppressed=N);
+ * librdkafka's own line for the same failure is at debug level (ingest/kafka_util.c). */
+static void consumer_error(mfs_consumer_t *s, const rd_kafka_message_t *msg)
+{
+	const char *means;
+	int kind;
+	switch (msg->err) {
+	case RD_KAFKA_RESP_ERR__TRANSPORT:
+	case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+	case RD_KAFKA_RESP_ERR__RESOLVE:
+	case RD_KAFKA_RESP_ERR__TIMED_OUT:
+		kind = 0;
+		means = "a broker is unreachable: the client reconnects by itself, the last snapshot is still served, "
+		        "consumption resumes when a broker answers (beyond kafka.session.timeout.ms the group session is "
+		        "lost and the partitions come back by reassignment)";
+		break;
+	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+		kind = 1;
+		means = "the topic or partition does not exist (yet): nothing to consume until it does";
+		break;
+	case RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED:
+		kind = 2;
+		means = "the consumer left the group: not polled within max.poll.interval.ms; it rejoins";
+		break;
+	default:
+		kind = 3;
+		means = "see the error; the client retries what it can";
+		break;
+	}
+	mfs_log_ratelimited(&s->err_rl[kind], 30000, MFS_LOG_WARN, "serve",
+	                    "msg=\"Kafka consumer error\" err=\"%s\" means=\"%s\"", rd_kafka_message_errstr(msg), means);
+}
+
 static int handle(mfs_consumer_t *s, rd_kafka_message_t *msg)
 {
 	if (msg->err) {
@@ -311,7 +348,7 @@ static int handle(mfs_consumer_t *s, rd_kafka_message_t *msg)
 			if (p && p->assigned && (msg->offset == p->off.next || (p->off.next < 0 && lo >= 0 && msg->offset == lo)))
 				p->at_end = 1;
 		} else if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-			mfs_warn("serve", "msg=\"consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
+			consumer_error(s, msg);
 		}
 		rd_kafka_message_destroy(msg);
 		return 0;
