@@ -12,21 +12,32 @@ int mfs_hist_init(mfs_hist_t *h, int nb, double width_ms)
 	h->nb = nb;
 	h->width_ms = width_ms;
 	h->n = 0;
-	return (h->b = calloc((size_t)nb, sizeof *h->b)) ? 0 : ENOMEM;
+	h->b = calloc((size_t)nb, sizeof *h->b);
+	h->lb = calloc(MFS_HIST_LOG_BUCKETS + 1, sizeof *h->lb); /* + one for beyond them all */
+	if (h->b && h->lb)
+		return 0;
+	mfs_hist_free(h);
+	return ENOMEM;
 }
 
 void mfs_hist_free(mfs_hist_t *h)
 {
 	free(h->b);
+	free(h->lb);
 	h->b = NULL;
+	h->lb = NULL;
 }
 
 void mfs_hist_add(mfs_hist_t *h, double ms)
 {
 	double x = ms / h->width_ms;
-	int k = x <= 0 ? 0 : x >= h->nb - 1 ? h->nb - 1 : (int)x;
-	h->b[k]++;
 	h->n++;
+	if (!(x >= h->nb - 1)) { /* (NaN too: bucket 0) */
+		h->b[x > 0 ? (int)x : 0]++;
+		return;
+	}
+	const double g = log(x / (h->nb - 1)) / log(1.02);
+	h->lb[g < MFS_HIST_LOG_BUCKETS ? (int)g : MFS_HIST_LOG_BUCKETS]++;
 }
 
 double mfs_hist_quantile(const mfs_hist_t *h, double q)
@@ -36,10 +47,15 @@ double mfs_hist_quantile(const mfs_hist_t *h, double q)
 	uint64_t want = (uint64_t)ceil(q * (double)h->n), acc = 0;
 	if (want < 1)
 		want = 1;
-	for (int k = 0; k < h->nb; k++) {
+	for (int k = 0; k < h->nb - 1; k++) {
 		acc += h->b[k];
 		if (acc >= want)
 			return ((double)k + 0.5) * h->width_ms;
+	}
+	for (int k = 0; k < MFS_HIST_LOG_BUCKETS; k++) {
+		acc += h->lb[k];
+		if (acc >= want)
+			return (h->nb - 1) * h->width_ms * pow(1.02, k + 0.5);
 	}
 	return INFINITY;
 }

@@ -1,7 +1,9 @@
 /* latency.h - latency quantiles of the service without keeping samples.
  *
- * mfs_hist_t: a histogram of fixed-width buckets (the last one is the overflow); its quantile
- * is the middle of the bucket where it falls, so its error is half a bucket.
+ * mfs_hist_t: a histogram of nb-1 fixed-width buckets, then buckets 2 % wide (geometric) from
+ * there up to about 16 days, so a backlog's latencies of minutes are told as they are, not as
+ * the top of the fixed range; its quantile is the middle of the bucket where it falls (error
+ * half a fixed bucket, or 1 % beyond them).
  * mfs_pending_t: message create times waiting for the engine to apply their batch (a FIFO of
  * (create time, ticket)); mfs_pending_drain moves those whose ticket the engine's progress has
  * reached into a histogram (event -> applied latency, docs/METRICS.md).
@@ -13,18 +15,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define MFS_HIST_LOG_BUCKETS 600 /* 1.02^600 ~ 1.4e5 times the fixed range */
+
 typedef struct mfs_hist {
 	uint64_t *b;
 	int nb;
 	double width_ms;
 	uint64_t n;
+	uint64_t *lb; /* beyond (nb - 1) x width_ms: bucket k holds [top 1.02^k, top 1.02^(k+1)) */
 } mfs_hist_t;
 
 /** nb buckets of width_ms each. @return 0 or ENOMEM. */
 int mfs_hist_init(mfs_hist_t *h, int nb, double width_ms);
 void mfs_hist_free(mfs_hist_t *h);
 void mfs_hist_add(mfs_hist_t *h, double ms);
-/** The q-quantile in ms (the middle of its bucket); NaN when empty, +inf in the overflow. */
+/** The q-quantile in ms (the middle of its bucket); NaN when empty, +inf beyond the last
+ *  geometric bucket. */
 double mfs_hist_quantile(const mfs_hist_t *h, double q);
 
 typedef struct mfs_pending {
