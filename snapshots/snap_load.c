@@ -12,6 +12,7 @@
 #include "common/err.h"
 #include "common/grow.h"
 #include "snapshots/snap_format.h"
+#include "snapshots/snap_size.h"
 
 static int meta_get(MDB_txn *txn, MDB_dbi d, const char *key, size_t size, const unsigned char **val, int *found)
 {
@@ -154,10 +155,12 @@ int mfs_snap_load(const char *dir, mfs_model_t *m, mfs_snap_loaded_t *out, char 
 		return mfs_errf(errstr, es, MFS_ENOTFOUND, "no snapshot in %s", dir);
 	if (m->n_users || m->n_items)
 		return mfs_errf(errstr, es, MFS_EINVAL, "mfs_snap_load: the model is not empty");
+	int rc;
+	if ((rc = mfs_snap_check_size(dir, errstr, es))) /* a truncated file: an error, not a SIGBUS */
+		return rc;
 	MDB_env *env = NULL;
 	MDB_txn *txn = NULL;
 	MDB_dbi dm, du, di;
-	int rc;
 	if ((rc = mdb_env_create(&env)) || (rc = mdb_env_set_maxdbs(env, MFS_SNAP_MAX_DBS)) ||
 	    (rc = mdb_env_set_maxreaders(env, MFS_SNAP_MAX_READERS)) ||
 	    (rc = mdb_env_open(env, dir, MDB_RDONLY, 0644)) || (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn))) {

@@ -223,6 +223,9 @@ static void test_cli(void)
 		check_message(err, c[i], i < 2);
 		TEST_EQ_INT(run("'%s' predict --snapshot '%s' --pairs '%s'", test_bin(), dir, pairs), 1);
 		check_message(err, c[i], i < 2);
+		/* serve resumes from it through snap_load.c: the same refusal before it maps anything */
+		TEST_EQ_INT(run("'%s' serve --embedded-broker --topic t --snapshot '%s' --metrics.listen ''", test_bin(), dir), 1);
+		check_message(err, c[i], i < 2);
 	}
 	unlink(pairs);
 }
