@@ -107,6 +107,11 @@ void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row)
 {
 	mfs_idmap_t *map = ent ? m->items : m->users;
+	const uint32_t max = ent ? m->max_items : m->max_users;
+	if (max && (ent ? m->n_items : m->n_users) >= max) { /* full: known ids only */
+		*row = mfs_idmap_find(map, id);
+		return 0;
+	}
 	int added;
 	int rc = mfs_idmap_get_or_add_h(map, id, h, row, &added);
 	if (rc || !added)

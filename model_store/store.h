@@ -89,6 +89,8 @@ typedef struct mfs_model {
 	uint64_t mu_count;
 	uint64_t events_applied;       /* SGD updates applied since the model was created */
 	mfs_idmap_t *users, *items;
+	uint32_t max_users, max_items; /* rows a table may hold (0: no bound); a new id past it gets
+	                                  MFS_ROW_NONE from mfs_model_rows (model.max_users, serve) */
 } mfs_model_t;
 
 int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);
@@ -98,7 +100,8 @@ int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
 int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
 /** rows[j] = the row of the j-th of n ids, `stride` bytes apart (e.g. &ev[0].user and
  * sizeof *ev), entity ent (0 users, 1 items), exactly as n calls of mfs_model_user_row /
- * mfs_model_item_row in order would give; it hashes a few ids ahead and prefetches their
+ * mfs_model_item_row in order would give (MFS_ROW_NONE for a new id once the table holds
+ * max_users / max_items rows); it hashes a few ids ahead and prefetches their
  * slots, so the cache misses of a stream's lookups overlap. @return 0 or the first error
  * (rows before it are resolved). */
 int mfs_model_rows(mfs_model_t *m, int ent, const mfs_id_t *ids, size_t stride, size_t n, uint32_t *rows);

@@ -32,8 +32,8 @@ int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
 	if (!n)
 		return 0;
 	uint32_t top = 0;
-	for (size_t j = 0; j < n; j++)
-		top = rows[j] > top ? rows[j] : top;
+	for (size_t j = 0; j < n; j++) /* (UINT32_MAX: MFS_ROW_NONE, an id without a row: skipped) */
+		top = rows[j] > top && rows[j] != UINT32_MAX ? rows[j] : top;
 	const size_t old = t->nwords;
 	if (top / 64 >= old) {
 		if (mfs_grow((void **)&t->bits, &t->nwords, top / 64 + 1, sizeof *t->bits))
@@ -43,11 +43,11 @@ int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
 	if (mfs_grow((void **)&t->rows, &t->cap, t->n + n, sizeof *t->rows))
 		return ENOMEM;
 	for (size_t j = 0; j < n; j++) {
-		if (j + AHEAD < n)
+		if (j + AHEAD < n && rows[j + AHEAD] != UINT32_MAX)
 			__builtin_prefetch(t->bits + rows[j + AHEAD] / 64, 1);
 		const uint32_t row = rows[j];
 		const uint64_t bit = (uint64_t)1 << (row % 64);
-		if (t->bits[row / 64] & bit)
+		if (row == UINT32_MAX || (t->bits[row / 64] & bit))
 			continue;
 		t->bits[row / 64] |= bit;
 		t->rows[t->n++] = row;

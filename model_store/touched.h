@@ -15,7 +15,7 @@ typedef struct mfs_touched {
 
 /** Add row (no-op if already present). @return 0 or ENOMEM. */
 int mfs_touched_mark(mfs_touched_t *t, uint32_t row);
-/** Add n rows, the bitmap words prefetched ahead (a batch's rows are scattered over tables
+/** Add n rows (UINT32_MAX, MFS_ROW_NONE, skipped), the bitmap words prefetched ahead (a batch's rows are scattered over tables
  *  larger than the caches). @return 0 or ENOMEM. */
 int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n);
 /** Empty the set (keeps the memory). */

@@ -147,6 +147,7 @@ static void stats_update(mfs_learner_t *l)
 	s.batches = l->batches;
 	s.snapshots = l->snapshots;
 	s.events_replayed = l->meta.replayed;
+	s.events_dropped = l->meta.dropped;
 	s.replay_owed = l->rp.debt;
 	memcpy(s.rejected, l->meta.rejected, sizeof s.rejected);
 	s.n_users = l->m->n_users;
@@ -216,9 +217,13 @@ static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt,
 			len = b->n - a;
 		if (seen == 0 && !l->mu_known)
 			l->m->mu = 0.5 * (l->c->rating_min + l->c->rating_max);
-		size_t ct = 0, ch = 0;
+		size_t ct = 0, ch = 0, cd = 0;
 		double psum = 0;
 		for (size_t j = a; j < a + len; j++) {
+			if (l->rows.u[j] == MFS_ROW_NONE || l->rows.i[j] == MFS_ROW_NONE) { /* dropped (apply) */
+				cd++;
+				continue;
+			}
 			if (b->held && b->held[j])
 				ch++;
 			else
@@ -238,7 +243,8 @@ static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt,
 			if (isfinite(ls.sse) && (rc = mfs_preq_add(&l->pq, ls.sse, ls.n)))
 				return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 		}
-		mfs_model_observe(l->m, psum, len);
+		if (len > cd)
+			mfs_model_observe(l->m, psum, len - cd);
 		a += len;
 		at_t += ct;
 		at_h += ch;
@@ -257,9 +263,14 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	 * independent), with the lookups' cache misses overlapped */
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
 		return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
+	size_t nd = 0;
 	for (size_t j = 0; j < b->n; j++) {
 		const mfs_event_t *ev = &b->ev[j];
 		const uint32_t ru = l->rows.u[j], ri = l->rows.i[j];
+		if (ru == MFS_ROW_NONE || ri == MFS_ROW_NONE) { /* a new id, its table full (model.max_*) */
+			nd++;
+			continue;
+		}
 		sum += ev->rating;
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
@@ -284,9 +295,10 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		if ((rc = score(l, b, &bt, &bh)))
 			return rc;
 		ph_mark(l, MFS_LPH_SCORE);
-	} else if (b->n) {
-		mfs_model_observe(l->m, sum, b->n);
+	} else if (b->n > nd) {
+		mfs_model_observe(l->m, sum, b->n - nd);
 	}
+	l->meta.dropped += nd;
 	l->meta.digest += b->digest;
 	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
@@ -741,6 +753,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		mfs_errf(errstr, es, rc, "model: %s", mfs_strerror(rc));
 		goto fail;
 	}
+	l->m->max_users = (uint32_t)c->model_max_users;
+	l->m->max_items = (uint32_t)c->model_max_items;
 	if ((rc = mfs_rows_init(&l->rows, l->m))) {
 		mfs_errf(errstr, es, rc, "rows: %s", mfs_strerror(rc));
 		goto fail;

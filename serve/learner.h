@@ -48,6 +48,7 @@ const char *mfs_learner_phase_name(int phase);
 typedef struct mfs_learner_stats {
 	uint64_t events_applied, events_held_out, messages, batches, snapshots;
 	uint64_t events_replayed;  /* replayed updates since the model began (serve.replay) */
+	uint64_t events_dropped;   /* valid events dropped: a new id, its table full (model.max_*) */
 	double replay_owed;        /* replayed updates owed now */
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;

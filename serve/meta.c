@@ -20,6 +20,7 @@ size_t mfs_serve_meta_records(const mfs_serve_meta_t *m, int with_pq, mfs_serve_
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_HELD_OUT, MFS_SNAP_T_U64, m->held_out, 0};
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_DIGEST, MFS_SNAP_T_U64, m->digest, 0};
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_REPLAYED, MFS_SNAP_T_U64, m->replayed, 0};
+	ex[nx++] = (mfs_snap_extra_t){MFS_META_DROPPED, MFS_SNAP_T_U64, m->dropped, 0};
 	if (with_pq && isfinite(m->pq_rmse)) {
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, m->pq_rmse};
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, m->pq_n, 0};
@@ -59,6 +60,7 @@ void mfs_serve_meta_restore(const mfs_snap_loaded_t *ld, mfs_serve_meta_t *out)
 	out->held_out = u64_of(ld, MFS_META_HELD_OUT);
 	out->digest = u64_of(ld, MFS_META_DIGEST);
 	out->replayed = u64_of(ld, MFS_META_REPLAYED);
+	out->dropped = u64_of(ld, MFS_META_DROPPED);
 	x = mfs_snap_loaded_extra(ld, MFS_META_PQ_CUM_RMSE);
 	out->pq_cumulative_n = u64_of(ld, MFS_META_PQ_CUM_N);
 	if (x && x->type == MFS_SNAP_T_F64 && out->pq_cumulative_n)

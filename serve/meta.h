@@ -20,6 +20,7 @@ typedef struct mfs_serve_meta {
 	uint64_t held_out;  /* valid events held out (scored, never trained) */
 	uint64_t digest;    /* sum of mfs_event_digest() of every valid event */
 	uint64_t replayed;  /* replayed updates (serve.replay): repeats, not events */
+	uint64_t dropped;   /* valid events dropped: a new id found its table full (model.max_*) */
 	uint64_t rejected[MFS_REJ__COUNT];
 	double pq_rmse;     /* prequential RMSE since the previous snapshot (NaN: none) */
 	uint64_t pq_n;
@@ -31,7 +32,7 @@ typedef struct mfs_serve_meta {
 } mfs_serve_meta_t;
 
 /** The most records mfs_serve_meta_records writes. */
-#define MFS_SERVE_META_MAX (13 + MFS_REJ__COUNT)
+#define MFS_SERVE_META_MAX (14 + MFS_REJ__COUNT)
 
 /** Buffers that outlive a publish of the records (their keys point into names). */
 typedef struct mfs_serve_meta_buf {

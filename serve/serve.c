@@ -61,6 +61,7 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->prequential_rmse, st.prequential_rmse);
 	mfs_gauge_set(c->prequential_window_rmse, st.prequential_window_rmse);
 	mfs_counter_set(c->replayed_events, st.events_replayed);
+	mfs_counter_set(c->events_dropped, st.events_dropped);
 	mfs_gauge_set(c->replay_owed_events, st.replay_owed);
 	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)

@@ -187,6 +187,7 @@ enum mfs_snap_meta_type {
 #define MFS_META_MU_COUNT "mu_count"          /* u64: ratings behind mu */
 #define MFS_META_MU_SUM "mu_sum"              /* f64: their sum */
 #define MFS_META_REPLAYED "events_replayed"  /* u64: replayed updates since the model began (serve.replay) */
+#define MFS_META_DROPPED "events_dropped"    /* u64: valid events dropped: a new id found its table full */
 #define MFS_META_PQ_RMSE "prequential_rmse"   /* f64: test-then-train RMSE since the previous snapshot */
 #define MFS_META_PQ_N "prequential_n"         /* u64: events behind it (0: value carried over) */
 #define MFS_META_PQ_WINDOW_RMSE "prequential_window_rmse" /* f64: over the last serve.prequential_window events */
@@ -215,6 +216,7 @@ static inline int mfs_snap_meta_type_optional(const char *key, size_t len)
 		{MFS_META_PQ_CUM_RMSE, MFS_SNAP_T_F64}, {MFS_META_PQ_CUM_N, MFS_SNAP_T_U64},
 		{MFS_META_HELD_OUT, MFS_SNAP_T_U64}, {MFS_META_DIGEST, MFS_SNAP_T_U64},
 		{MFS_META_REPLAYED, MFS_SNAP_T_U64},
+		{MFS_META_DROPPED, MFS_SNAP_T_U64},
 		{MFS_META_HOLDOUT_RMSE, MFS_SNAP_T_F64}, {MFS_META_WINDOW_RMSE, MFS_SNAP_T_F64},
 	};
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)

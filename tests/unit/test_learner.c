@@ -417,6 +417,46 @@ static void user_values(const char *dir, float out[37][9], mfs_snap_loaded_t *ld
  * spends 4 x 300 updates on the window, and the next snapshot holds the rows they changed,
  * with the same offsets, events applied, digest and mean as before: replay repeats events,
  * it adds none. */
+/* model.max_users: once the table holds its bound, an event with a new user is dropped and
+ * counted (events_dropped), neither applied nor held out nor in the mean, but in the digest
+ * and below the offsets; known users keep learning; the count survives a restart. */
+static void test_bounded_users_drop_and_count(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_conf_t c;
+	conf_for(&c, dir, "true");
+	char err[512];
+	TEST_OK(mfs_conf_set(&c, "model.max_users", "20", err, sizeof err));
+	mfs_batchq_t q;
+	TEST_OK(mfs_batchq_init(&q, 4, keep_free));
+	for (int round = 0; round < 2; round++) {
+		mfs_learner_t *l = NULL;
+		TEST_ASSERT_MSG(mfs_learner_open(&c, &q, &l, err, sizeof err) == 0, "%s", err);
+		TEST_ASSERT_MSG(mfs_learner_start(l, NULL, NULL, err, sizeof err) == 0, "%s", err);
+		uint64_t digest = 0;
+		/* users u0..u36 in turn: u0..u19 take the 20 rows, u20..u36 (17 of every 37) are dropped */
+		push(&q, "t", 0, 10 + round, 370 * round, round ? 37 : 370, 0, 0, &digest, NULL);
+		TEST_OK(barrier(&q, MFS_EBATCH_FINAL));
+		TEST_ASSERT_MSG(mfs_learner_join(l, err, sizeof err) == 0, "%s", err);
+		mfs_learner_stats_t st;
+		mfs_learner_get_stats(l, &st);
+		TEST_EQ_INT(st.n_users, 20);
+		TEST_EQ_INT(st.events_dropped, round ? 170 + 17 : 170);
+		TEST_EQ_INT(st.events_applied, round ? 200 + 20 : 200);
+		mfs_learner_close(l);
+		mfs_snap_loaded_t ld;
+		TEST_EQ_INT(loaded_events(dir, &ld), round ? 220 : 200);
+		const mfs_snap_extra_t *x = mfs_snap_loaded_extra(&ld, MFS_META_DROPPED);
+		TEST_ASSERT(x != NULL && x->u64 == (round ? 187u : 170u));
+		x = mfs_snap_loaded_extra(&ld, MFS_META_MU_COUNT);
+		TEST_ASSERT(x != NULL && x->u64 == (round ? 220u : 200u));
+		TEST_EQ_INT(offset_of(&ld, "t", 0), 10 + round);
+		mfs_snap_loaded_free(&ld);
+	}
+	mfs_batchq_destroy(&q);
+	mfs_conf_free(&c);
+}
+
 static void test_replay_reaches_the_snapshot_not_the_counters(void)
 {
 	const char *dir = test_tmpdir();
@@ -493,5 +533,6 @@ int main(void)
 	TEST_RUN(test_refused_batch_stops_the_learner);
 	TEST_RUN(test_prequential_first_batch);
 	TEST_RUN(test_replay_reaches_the_snapshot_not_the_counters);
+	TEST_RUN(test_bounded_users_drop_and_count);
 	return TEST_REPORT();
 }

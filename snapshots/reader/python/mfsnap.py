@@ -73,7 +73,7 @@ META_TYPES = {
 OPTIONAL_TYPES = {"mu_count": "<Q", "mu_sum": "<d", "prequential_rmse": "<d", "prequential_n": "<Q",
                   "prequential_window_rmse": "<d", "prequential_window_n": "<Q",
                   "prequential_cumulative_rmse": "<d", "prequential_cumulative_n": "<Q",
-                  "events_held_out": "<Q", "events_digest": "<Q", "events_replayed": "<Q",
+                  "events_held_out": "<Q", "events_digest": "<Q", "events_replayed": "<Q", "events_dropped": "<Q",
                   "holdout_rmse": "<d", "window_rmse": "<d"}
 OFFSET_PREFIX = "offset/"
 REJECTED_PREFIX = "rejected/"  # "rejected/<reason>" -> u64
