@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# An id flood against bounded and unbounded user tables (docs/OPERATIONS.md, "Bounds"): `serve
+# --embedded-broker` (CPU engine, k=32, replay off) takes EVENTS synthetic ratings whose users
+# are drawn from 20 M ids (nearly every event a new user) at RATE events/s, once per value of
+# MAX (model.max_users; 0 = no bound). Every second it samples serve's RSS and its metrics.
+# Prints the samples; writes OUT_PREFIX-max<M>.csv (t_s,rss_mib,events_applied,events_dropped,users).
+# Note: the embedded broker keeps the topic in serve's own process (up to ~5 MiB per partition).
+#
+#   bench/id_flood.sh BUILD_DIR OUT_PREFIX          (MAX="200000 0" EVENTS=2000000 RATE=200000)
+set -euo pipefail
+bin=$1/mfstream
+prefix=$2
+events=${EVENTS:-2000000}
+for max in ${MAX:-200000 0}; do
+	d=$(mktemp -d)
+	log=$d/serve.log
+	"$bin" serve --embedded-broker --partitions 16 --topic r --snapshot "$d/snap" --engine cpu --k 32 \
+		--model.max_users "$max" --serve.snapshot_ms 500 --metrics.listen 127.0.0.1:0 --serve.replay 0 \
+		>"$d/out" 2>"$log" &
+	pid=$!
+	until grep -q 'msg=assigned' "$log"; do
+		kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+		sleep 0.1
+	done
+	bs=$(sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p' "$d/out" | head -1)
+	port=$(grep -o 'metrics listening.*port=[0-9]*' "$log" | grep -o '[0-9]*$')
+	"$bin" produce --brokers "$bs" --topic r --synthetic --gen.ratings "$events" --gen.users 20000000 \
+		--gen.items 20000 --rate "${RATE:-200000}" >/dev/null 2>&1 &
+	ppid=$!
+	csv=$prefix-max$max.csv
+	echo "t_s,rss_mib,events_applied,events_dropped,users" >"$csv"
+	t0=$(date +%s.%N)
+	done_n=0
+	while kill -0 "$ppid" 2>/dev/null || [ "$done_n" -lt "$events" ]; do
+		m=$(curl -s "http://127.0.0.1:$port/metrics")
+		a=$(echo "$m" | awk '$1 == "mfstream_events_applied_total" { printf "%d", $2 }')
+		dr=$(echo "$m" | awk '$1 == "mfstream_events_dropped_total" { printf "%d", $2 }')
+		u=$(echo "$m" | awk '$1 == "mfstream_model_rows{table=\"users\"}" { printf "%d", $2 }')
+		rss=$(awk '/VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$pid/status")
+		done_n=$((${a:-0} + ${dr:-0}))
+		row="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'),$rss,${a:-0},${dr:-0},${u:-0}"
+		echo "$row" >>"$csv"
+		echo "max_users=$max $row"
+		sleep 1
+	done
+	kill -TERM "$pid"
+	wait "$pid"
+	rm -rf "$d"
+	echo "wrote $csv"
+done
