@@ -10,6 +10,7 @@
 
 #include "common/err.h"
 #include "common/rng.h"
+#include "model_store/admit.h"
 #include "model_store/store.h"
 
 #define MFS_ALIGN 64
@@ -54,6 +55,11 @@ void mfs_model_free(mfs_model_t *m)
 	free(m->bi);
 	mfs_idmap_free(m->users);
 	mfs_idmap_free(m->items);
+	for (int e = 0; e < 2; e++)
+		if (m->admit[e]) {
+			mfs_admit_free(m->admit[e]);
+			free(m->admit[e]);
+		}
 	free(m);
 }
 
@@ -112,6 +118,14 @@ static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h,
 		*row = mfs_idmap_find(map, id);
 		return 0;
 	}
+	if (m->admit[ent]) {
+		if ((*row = mfs_idmap_find(map, id)) != MFS_ROW_NONE)
+			return 0;
+		if (mfs_admit_see(m->admit[ent], h) < m->admit_after) { /* new, and not seen often enough yet */
+			m->admit[ent]->refused++;
+			return 0;
+		}
+	}
 	int added;
 	int rc = mfs_idmap_get_or_add_h(map, id, h, row, &added);
 	if (rc || !added)
@@ -130,6 +144,26 @@ static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h,
 	else
 		m->n_users = *row + 1;
 	return 0;
+}
+
+int mfs_model_admit(mfs_model_t *m, unsigned n, size_t width)
+{
+	m->admit_after = n;
+	for (int e = 0; e < 2 && n >= 2; e++) {
+		if (m->admit[e])
+			continue;
+		if (!(m->admit[e] = malloc(sizeof *m->admit[e])) || mfs_admit_init(m->admit[e], width)) {
+			free(m->admit[e]);
+			m->admit[e] = NULL;
+			return ENOMEM;
+		}
+	}
+	return 0;
+}
+
+uint64_t mfs_model_refused(const mfs_model_t *m, int ent)
+{
+	return m->admit[ent] ? m->admit[ent]->refused : 0;
 }
 
 static int entity_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)

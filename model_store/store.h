@@ -91,6 +91,8 @@ typedef struct mfs_model {
 	mfs_idmap_t *users, *items;
 	uint32_t max_users, max_items; /* rows a table may hold (0: no bound); a new id past it gets
 	                                  MFS_ROW_NONE from mfs_model_rows (model.max_users, serve) */
+	unsigned admit_after;          /* a new id takes a row at its Nth sighting (<= 1: the first) */
+	struct mfs_admit *admit[2];    /* users, items: sightings of ids not admitted yet (admit.h) */
 } mfs_model_t;
 
 int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);
@@ -105,6 +107,12 @@ int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
  * slots, so the cache misses of a stream's lookups overlap. @return 0 or the first error
  * (rows before it are resolved). */
 int mfs_model_rows(mfs_model_t *m, int ent, const mfs_id_t *ids, size_t stride, size_t n, uint32_t *rows);
+/** Turn on admission (model_store/admit.h): a new id takes a row at its n-th sighting (n >= 2;
+ *  earlier sightings get MFS_ROW_NONE), counted in sketches of `width` counters per row.
+ *  @return 0 or ENOMEM. */
+int mfs_model_admit(mfs_model_t *m, unsigned n, size_t width);
+/** Sightings of ids in entity ent that their table's admission refused so far. */
+uint64_t mfs_model_refused(const mfs_model_t *m, int ent);
 /** Make sure at least n rows are allocated (no rows are added). @return 0 or ENOMEM. */
 int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items);
 /** Fold ratings into the running global mean. */

@@ -148,6 +148,8 @@ static void stats_update(mfs_learner_t *l)
 	s.snapshots = l->snapshots;
 	s.events_replayed = l->meta.replayed;
 	s.events_dropped = l->meta.dropped;
+	s.not_admitted[0] = mfs_model_refused(l->m, 0);
+	s.not_admitted[1] = mfs_model_refused(l->m, 1);
 	s.replay_owed = l->rp.debt;
 	memcpy(s.rejected, l->meta.rejected, sizeof s.rejected);
 	s.n_users = l->m->n_users;
@@ -755,6 +757,11 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	}
 	l->m->max_users = (uint32_t)c->model_max_users;
 	l->m->max_items = (uint32_t)c->model_max_items;
+	if (c->model_admit_after > 1 &&
+	    (rc = mfs_model_admit(l->m, (unsigned)c->model_admit_after, (size_t)c->model_admit_sketch_width))) {
+		mfs_errf(errstr, es, rc, "admission sketch: %s", mfs_strerror(rc));
+		goto fail;
+	}
 	if ((rc = mfs_rows_init(&l->rows, l->m))) {
 		mfs_errf(errstr, es, rc, "rows: %s", mfs_strerror(rc));
 		goto fail;

@@ -48,7 +48,8 @@ const char *mfs_learner_phase_name(int phase);
 typedef struct mfs_learner_stats {
 	uint64_t events_applied, events_held_out, messages, batches, snapshots;
 	uint64_t events_replayed;  /* replayed updates since the model began (serve.replay) */
-	uint64_t events_dropped;   /* valid events dropped: a new id, its table full (model.max_*) */
+	uint64_t events_dropped;   /* valid events dropped: a new id refused (model.max_*, model.admit_after) */
+	uint64_t not_admitted[2];  /* sightings of new users / items refused by admission */
 	double replay_owed;        /* replayed updates owed now */
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;

@@ -62,6 +62,8 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->prequential_window_rmse, st.prequential_window_rmse);
 	mfs_counter_set(c->replayed_events, st.events_replayed);
 	mfs_counter_set(c->events_dropped, st.events_dropped);
+	mfs_counter_set(c->ids_not_admitted_at[MFS_CAT_USERS], st.not_admitted[0]);
+	mfs_counter_set(c->ids_not_admitted_at[MFS_CAT_ITEMS], st.not_admitted[1]);
 	mfs_gauge_set(c->replay_owed_events, st.replay_owed);
 	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
