@@ -32,10 +32,13 @@ static const mfs_conf_alias_t train_aliases[] = {
 	{NULL, NULL},
 };
 
-static void usage(void)
+static void usage(FILE *f)
 {
-	fprintf(stderr, "usage: mfstream train --input FILE [--test FILE] --snapshot DIR [--k N] [--epochs N]\n"
-	                "                      [--lr X] [--engine auto|cpu|cuda] [--threads N] [--key value ...]\n");
+	fprintf(f, "usage: mfstream train --input FILE [--test FILE] --snapshot DIR [--k N] [--epochs N]\n"
+	           "                      [--lr X] [--engine auto|cpu|cuda] [--threads N] [--key value ...]\n"
+	           "Trains on FILE (tsv, dat, csv or bin; plain, .gz or .zst), early-stopping on a validation\n"
+	           "split of it, scores the test once at the end and publishes the model kept to DIR.\n"
+	           "Every train.* / model.* / sgd.* key: mfstream config --doc.\n");
 }
 
 static void fmt_rate(char *buf, size_t n, double v)
@@ -115,6 +118,11 @@ static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, c
 
 int mfs_cmd_train(int argc, char **argv)
 {
+	for (int k = 1; k < argc; k++)
+		if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		}
 	mfs_conf_t c;
 	int n_pos;
 	char *pos[1];
@@ -131,7 +139,7 @@ int mfs_cmd_train(int argc, char **argv)
 
 	if (!*c.train_input) {
 		fprintf(stderr, "mfstream train: --input FILE (train.input) is required\n");
-		usage();
+		usage(stderr);
 		exit_code = 2;
 		goto out;
 	}

@@ -76,6 +76,11 @@ int mfs_cmd_config(int argc, char **argv)
 		mfs_conf_gen_doc(stdout);
 		return 0;
 	}
+	if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: mfstream config [--config FILE] [--key value ...]   the effective configuration\n"
+		       "       mfstream config --doc                              the reference of every key\n");
+		return 0;
+	}
 	mfs_conf_t c;
 	int n_pos;
 	if (mfs_cmd_conf("config", argc - 1, argv + 1, NULL, &c, NULL, 0, &n_pos))

@@ -9,6 +9,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+# --help and -h print the usage and exit 0, like every Unix tool
+for c in train config serve produce gen; do
+	for h in --help -h; do
+		"$bin" "$c" "$h" >"$tmp/help" 2>&1 || fail "$c $h exited non-zero: $(head -2 "$tmp/help")"
+		grep -q "usage: mfstream $c" "$tmp/help" || fail "$c $h printed no usage: $(head -2 "$tmp/help")"
+	done
+done
+
 "$bin" gen --gen.ratings 60000 --gen.users 600 --gen.items 300 --gen.rank 4 --gen.noise 0.3 \
 	--gen.seed 3 --output "$tmp/r.tsv" 2>/dev/null
 [ "$(wc -l <"$tmp/r.tsv")" -eq 60000 ] || fail "gen wrote $(wc -l <"$tmp/r.tsv") lines"
