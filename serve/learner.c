@@ -757,6 +757,12 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	}
 	l->m->max_users = (uint32_t)c->model_max_users;
 	l->m->max_items = (uint32_t)c->model_max_items;
+	/* the host tables sized to their bounds at once: address space only (mappings fault in
+	 * as rows are added), and no doubling later */
+	if ((rc = mfs_model_reserve(l->m, l->m->max_users, l->m->max_items))) {
+		mfs_errf(errstr, es, rc, "model.max_users / model.max_items: %s", mfs_strerror(rc));
+		goto fail;
+	}
 	if (c->model_admit_after > 1 &&
 	    (rc = mfs_model_admit(l->m, (unsigned)c->model_admit_after, (size_t)c->model_admit_sketch_width))) {
 		mfs_errf(errstr, es, rc, "admission sketch: %s", mfs_strerror(rc));
