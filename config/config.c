@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/check.h"
 #include "common/err.h"
@@ -307,6 +308,9 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 int mfs_conf_load_file(mfs_conf_t *c, const char *path, char *errstr, size_t es)
 {
 	struct ini_ctx x = {c, path, errstr, es, 0};
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) /* it would open and read as empty */
+		return mfs_errf(errstr, es, MFS_ECONFIG, "config file %s is a directory", path);
 	int line = ini_parse(path, ini_cb, &x);
 	if (line == -1)
 		return mfs_errf(errstr, es, MFS_ECONFIG, "cannot open config file %s: %s", path, strerror(errno));

@@ -157,6 +157,8 @@ const char *mfs_kafka_broker_choice_error(const mfs_conf_t *c, const char *broke
 {
 	if (embedded && brokers)
 		return "--brokers and --embedded-broker exclude each other";
+	if (brokers && !*brokers)
+		return "--brokers is empty: give HOST:PORT[,HOST:PORT...]";
 	if (!embedded && !brokers && !mfs_kafka_conf_has(c, "bootstrap.servers") &&
 	    !mfs_kafka_conf_has(c, "metadata.broker.list"))
 		return "--brokers B (or kafka.bootstrap.servers) or --embedded-broker is required";

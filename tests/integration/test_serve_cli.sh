@@ -15,6 +15,8 @@ set +e
 "$bin" serve --snapshot "$tmp/x" --brokers 127.0.0.1:1 2>/dev/null; [ $? -eq 2 ] || fail "no topic: want exit 2"
 "$bin" serve --topic t --brokers 127.0.0.1:1 2>/dev/null; [ $? -eq 2 ] || fail "no snapshot: want exit 2"
 "$bin" serve --topic t --snapshot "$tmp/x" 2>/dev/null; [ $? -eq 2 ] || fail "no brokers: want exit 2"
+"$bin" serve --topic t --snapshot "$tmp/x" --brokers "" 2>/dev/null; [ $? -eq 2 ] || fail "empty --brokers: want exit 2"
+"$bin" serve --topic t --snapshot "$tmp/x" --brokers b --config "$tmp" 2>/dev/null; [ $? -eq 2 ] || fail "--config DIR: want exit 2"
 "$bin" serve --topic t --snapshot "$tmp/x" --serve.batch_size 0 --brokers b 2>/dev/null; [ $? -eq 2 ] || fail "bad key: want exit 2"
 set -e
 
