@@ -640,14 +640,26 @@ static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errst
 	MDB_envinfo ei;
 	MDB_stat st;
 	int fd, rc;
-	if (w->sw_reserved == SIZE_MAX || mdb_env_info(w->sw_env, &ei) || mdb_env_stat(w->sw_env, &st) ||
-	    mdb_env_get_fd(w->sw_env, &fd))
+	if (mdb_env_info(w->sw_env, &ei) || mdb_env_stat(w->sw_env, &st) || mdb_env_get_fd(w->sw_env, &fd))
 		return 0;
 	const size_t psz = st.ms_psize, used = (size_t)ei.me_last_pgno + 1;
 	const size_t row_pages = rows * (vbytes + 64) / psz + 1; /* + key and node header */
 	size_t want = (used + (rows < used ? rows : used) + 2 * row_pages + 64) * psz;
-	if (want > (size_t)ei.me_mapsize)
-		want = (size_t)ei.me_mapsize;
+	/* a map too small for the txn would only be found at MDB_MAP_FULL, after writing most of
+	 * it, and the whole txn would be written again: grow it first (no txn is open here; the
+	 * map is address space, not disk) */
+	size_t map = (size_t)ei.me_mapsize;
+	while (map < want && map * 2 <= SNAP_MAP_MAX)
+		map *= 2;
+	if (map > (size_t)ei.me_mapsize) {
+		if ((rc = mfs_fault("snapshot.grow")) || (rc = mdb_env_set_mapsize(w->sw_env, map)))
+			return lmdb_fail(w, rc, "env_set_mapsize", errstr, es);
+		mfs_info("snap", "msg=\"map grown ahead of the snapshot\" map_size=%zu rows=%zu", map, rows);
+	}
+	if (want > map)
+		want = map;
+	if (w->sw_reserved == SIZE_MAX)
+		return 0;
 	w->sw_need = 0;
 	if (want <= w->sw_reserved)
 		return 0;
