@@ -7,25 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mfs_touched_mark(mfs_touched_t *t, uint32_t row)
-{
-	size_t w = row / 64;
-	if (w >= t->nwords) {
-		size_t old = t->nwords;
-		if (mfs_grow((void **)&t->bits, &t->nwords, w + 1, sizeof *t->bits))
-			return ENOMEM;
-		memset(t->bits + old, 0, (t->nwords - old) * sizeof *t->bits);
-	}
-	uint64_t bit = (uint64_t)1 << (row % 64);
-	if (t->bits[w] & bit)
-		return 0;
-	if (mfs_grow((void **)&t->rows, &t->cap, t->n + 1, sizeof *t->rows))
-		return ENOMEM;
-	t->bits[w] |= bit;
-	t->rows[t->n++] = row;
-	return 0;
-}
-
 int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
 {
 	enum { AHEAD = 16 }; /* rows between a bitmap word's prefetch and its test */
@@ -53,6 +34,11 @@ int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
 		t->rows[t->n++] = row;
 	}
 	return 0;
+}
+
+int mfs_touched_mark(mfs_touched_t *t, uint32_t row)
+{
+	return mfs_touched_mark_many(t, &row, 1);
 }
 
 void mfs_touched_clear(mfs_touched_t *t)

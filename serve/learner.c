@@ -45,8 +45,8 @@
 #include "serve/stage_conf.h"
 #include "serve/window.h"
 
-#define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then one overflow bucket */
-#define APL_BUCKETS 100001 /* 0.1 ms buckets up to 10 s, then one overflow bucket */
+#define LAT_BUCKETS 10001 /* 1 ms buckets up to 10 s, then geometric ones (latency.h) */
+#define APL_BUCKETS 100001 /* 0.1 ms buckets up to 10 s, then geometric ones (latency.h) */
 /* While fewer events are behind the mean than a batch holds, a batch is scored in pieces no
  * larger than that count (and no smaller than this): each piece sees the mean of the events
  * before it. */
