@@ -91,6 +91,20 @@ static inline const char *test_bin(void)
 	return b ? b : "./build/mfstream";
 }
 
+/** Read a file into buf (at most size - 1 bytes, NUL-terminated; empty when it cannot be
+ *  opened). @return 0, or -1 when it cannot be opened. */
+static inline int test_slurp(const char *path, char *buf, size_t size)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n = 0;
+	if (f) {
+		n = fread(buf, 1, size - 1, f);
+		fclose(f);
+	}
+	buf[n] = '\0';
+	return f ? 0 : -1;
+}
+
 /** Write a whole file; returns 0 on success. */
 static inline int test_write_file(const char *path, const char *data, size_t len)
 {

@@ -471,20 +471,29 @@ typedef struct sh_topic {
 	double *rs_at[SH_MAX_PARTS];
 } sh_topic_t;
 
-static void sh_topic_read(const char *bs, const char *topic, int parts, const int64_t *hi, sh_topic_t *t)
+/* A consumer of group `group` (no auto commit) for reading topics back; NULL (asserted) when
+ * it cannot be made. */
+static rd_kafka_t *sh_consumer(const char *bs, const char *group)
 {
 	char e[512];
-	memset(t, 0, sizeof *t);
-	t->parts = parts;
 	rd_kafka_conf_t *kc;
-	static const char *const defaults[] = {"group.id", "mfs-test-topic-reader", "enable.auto.commit", "false", NULL};
+	const char *const defaults[] = {"group.id", group, "enable.auto.commit", "false", NULL};
 	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
 	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
 	TEST_ASSERT_MSG(rk != NULL, "%s", e);
+	if (rk)
+		rd_kafka_poll_set_consumer(rk);
+	return rk;
+}
+
+static void sh_topic_read(const char *bs, const char *topic, int parts, const int64_t *hi, sh_topic_t *t)
+{
+	memset(t, 0, sizeof *t);
+	t->parts = parts;
+	rd_kafka_t *rk = sh_consumer(bs, "mfs-test-topic-reader");
 	if (!rk)
 		return;
-	rd_kafka_poll_set_consumer(rk);
 	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(parts);
 	int64_t total = 0, seen = 0;
 	for (int p = 0; p < parts; p++) {

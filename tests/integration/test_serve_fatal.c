@@ -21,13 +21,7 @@
 /* The group's committed offsets on the broker (-1 where none). */
 static void committed(const char *bs, const char *topic, const char *group, int64_t *off)
 {
-	char e[512];
-	rd_kafka_conf_t *kc;
-	const char *const defaults[] = {"group.id", group, "enable.auto.commit", "false", NULL};
-	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
-	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
-	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
-	TEST_ASSERT_MSG(rk != NULL, "%s", e);
+	rd_kafka_t *rk = sh_consumer(bs, group);
 	for (int p = 0; p < N_PARTS; p++)
 		off[p] = -1;
 	if (!rk)

@@ -47,27 +47,13 @@ static rd_kafka_message_t *read_at(rd_kafka_t *rk, const char *topic, int32_t pa
 	return NULL;
 }
 
-static rd_kafka_t *dl_consumer(const char *bs, const char *group)
-{
-	char e[512];
-	rd_kafka_conf_t *kc;
-	const char *const defaults[] = {"group.id", group, "enable.auto.commit", "false", NULL};
-	TEST_OK(mfs_kafka_conf_new_with(NULL, defaults, &kc, e, sizeof e));
-	rd_kafka_conf_set(kc, "bootstrap.servers", bs, e, sizeof e);
-	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, e, sizeof e);
-	TEST_ASSERT_MSG(rk != NULL, "%s", e);
-	if (rk)
-		rd_kafka_poll_set_consumer(rk);
-	return rk;
-}
-
 /* The dead-letter topic holds each invalid message once, raw, with its key and the headers of
  * docs/EVENT_FORMAT.md: mfs.reason, mfs.event_index (-1 for the message as a whole), mfs.detail
  * (the decoder's line), and mfs.topic/partition/offset/timestamp naming the original, which is
  * read back from the source topic and compared. */
 static void check_dead_letters(const char *bs, const char *topic, const char *dlq)
 {
-	rd_kafka_t *rk = dl_consumer(bs, "mfs-test-dlq-reader"), *src = dl_consumer(bs, "mfs-test-dlq-source");
+	rd_kafka_t *rk = sh_consumer(bs, "mfs-test-dlq-reader"), *src = sh_consumer(bs, "mfs-test-dlq-source");
 	if (!rk || !src)
 		goto done;
 	rd_kafka_topic_partition_list_t *tp = rd_kafka_topic_partition_list_new(1);

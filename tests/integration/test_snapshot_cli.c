@@ -18,18 +18,6 @@
 static char dir[512], outf[600], errf[600];
 static char out[1 << 16], err[1 << 16];
 
-static int slurp(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "rb");
-	size_t n = 0;
-	if (f) {
-		n = fread(buf, 1, size - 1, f);
-		fclose(f);
-	}
-	buf[n] = '\0';
-	return f ? 0 : -1;
-}
-
 /* Run "mfstream ARGS" through sh; stdout/stderr land in out/err. @return the exit status. */
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...)
@@ -41,8 +29,8 @@ static int run(const char *fmt, ...)
 	va_end(ap);
 	snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", test_bin(), args, outf, errf);
 	int st = system(cmd);
-	slurp(outf, out, sizeof out);
-	slurp(errf, err, sizeof err);
+	test_slurp(outf, out, sizeof out);
+	test_slurp(errf, err, sizeof err);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

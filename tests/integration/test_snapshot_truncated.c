@@ -31,18 +31,6 @@ static unsigned char *whole; /* the published data.mdb */
 static size_t whole_len;
 static size_t need, psize; /* LMDB's own view: bytes up to the last page in use, page size */
 
-static int slurp(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "rb");
-	size_t n = 0;
-	if (f) {
-		n = fread(buf, 1, size - 1, f);
-		fclose(f);
-	}
-	buf[n] = '\0';
-	return f ? 0 : -1;
-}
-
 /* Run a shell command with stdout/stderr to out/err. @return the exit status, or -1 when the
  * shell did not exit (a command killed by a signal shows as 128 + signo through sh). */
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -55,8 +43,8 @@ static int run(const char *fmt, ...)
 	va_end(ap);
 	snprintf(cmd, sizeof cmd, "%s >'%s' 2>'%s'", args, outf, errf);
 	int st = system(cmd);
-	slurp(outf, out, sizeof out);
-	slurp(errf, err, sizeof err);
+	test_slurp(outf, out, sizeof out);
+	test_slurp(errf, err, sizeof err);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
