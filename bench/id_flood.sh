@@ -2,8 +2,10 @@
 # An id flood against bounded and unbounded user tables (docs/OPERATIONS.md, "Bounds"): `serve
 # --embedded-broker` (CPU engine, k=32, replay off) takes EVENTS synthetic ratings whose users
 # are drawn from 20 M ids (nearly every event a new user) at RATE events/s, once per value of
-# MAX (model.max_users; 0 = no bound). Every second it samples serve's RSS and its metrics.
-# Prints the samples; writes OUT_PREFIX-max<M>.csv (t_s,rss_mib,events_applied,events_dropped,users).
+# MAX (model.max_users; 0 = no bound; ENGINE=cuda for the GPU). Every second it samples serve's RSS and its metrics.
+# Prints the samples; writes OUT_PREFIX-max<M>.csv
+# (t_s,rss_mib,events_applied,events_dropped,users,users_evicted). ON_FULL=evict (default) or
+# drop is model.on_full.
 # Note: the embedded broker keeps the topic in serve's own process (up to ~5 MiB per partition).
 #
 #   bench/id_flood.sh BUILD_DIR OUT_PREFIX          (MAX="200000 0" EVENTS=2000000 RATE=200000)
@@ -14,8 +16,8 @@ events=${EVENTS:-2000000}
 for max in ${MAX:-200000 0}; do
 	d=$(mktemp -d)
 	log=$d/serve.log
-	"$bin" serve --embedded-broker --partitions 16 --topic r --snapshot "$d/snap" --engine cpu --k 32 \
-		--model.max_users "$max" --serve.snapshot_ms 500 --metrics.listen 127.0.0.1:0 --serve.replay 0 \
+	"$bin" serve --embedded-broker --partitions 16 --topic r --snapshot "$d/snap" --engine "${ENGINE:-cpu}" --k 32 \
+		--model.max_users "$max" --model.on_full "${ON_FULL:-evict}" --serve.snapshot_ms 500 --metrics.listen 127.0.0.1:0 --serve.replay 0 \
 		>"$d/out" 2>"$log" &
 	pid=$!
 	until grep -q 'msg=assigned' "$log"; do
@@ -28,7 +30,7 @@ for max in ${MAX:-200000 0}; do
 		--gen.items 20000 --rate "${RATE:-200000}" >/dev/null 2>&1 &
 	ppid=$!
 	csv=$prefix-max$max.csv
-	echo "t_s,rss_mib,events_applied,events_dropped,users" >"$csv"
+	echo "t_s,rss_mib,events_applied,events_dropped,users,users_evicted" >"$csv"
 	t0=$(date +%s.%N)
 	done_n=0
 	while kill -0 "$ppid" 2>/dev/null || [ "$done_n" -lt "$events" ]; do
@@ -36,9 +38,10 @@ for max in ${MAX:-200000 0}; do
 		a=$(echo "$m" | awk '$1 == "mfstream_events_applied_total" { printf "%d", $2 }')
 		dr=$(echo "$m" | awk '$1 == "mfstream_events_dropped_total" { printf "%d", $2 }')
 		u=$(echo "$m" | awk '$1 == "mfstream_model_rows{table=\"users\"}" { printf "%d", $2 }')
+		ev=$(echo "$m" | awk '$1 == "mfstream_ids_evicted_total{table=\"users\"}" { printf "%d", $2 }')
 		rss=$(awk '/VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$pid/status")
 		done_n=$((${a:-0} + ${dr:-0}))
-		row="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'),$rss,${a:-0},${dr:-0},${u:-0}"
+		row="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'),$rss,${a:-0},${dr:-0},${u:-0},${ev:-0}"
 		echo "$row" >>"$csv"
 		echo "max_users=$max $row"
 		sleep 1

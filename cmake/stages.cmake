@@ -42,7 +42,7 @@ mfs_stage(NAME config FOLDERS config common
   SOURCES config/config.c
   LINK mfs_common PkgConfig::INIH)
 mfs_stage(NAME model_store FOLDERS model_store common
-  SOURCES model_store/admit.c model_store/id.c model_store/idmap.c model_store/model.c model_store/touched.c
+  SOURCES model_store/admit.c model_store/id.c model_store/idmap.c model_store/life.c model_store/model.c model_store/touched.c
   LINK mfs_common PkgConfig::XXHASH)
 mfs_stage(NAME ingest FOLDERS ingest model_store config common
   SOURCES ingest/dataset.c ingest/event.c ingest/event_source.c ingest/kafka_consumer.c

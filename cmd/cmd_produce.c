@@ -3,6 +3,7 @@
  *
  *   mfstream produce --brokers B --topic T --input FILE [--batch N] [--rate N] [--compact]
  *   mfstream produce --embedded-broker --topic T --synthetic [--gen.ratings N ...]
+ *   mfstream produce --brokers B --topic T --delete-user ID | --delete-item ID
  *
  * --brokers, --topic, --synthetic, --rate, --batch, --partitions, --compact and
  * --embedded-broker are not configuration keys: they are taken out of argv before the rest
@@ -38,14 +39,17 @@
 #define PRODUCE_PROGRESS_S 10.0
 
 static const char produce_usage[] =
-	"usage: mfstream produce --topic T (--input FILE | --synthetic) (--brokers B | --embedded-broker)\n"
+	"usage: mfstream produce --topic T (--input FILE | --synthetic | --delete-user ID | --delete-item ID)\n"
+	"                        (--brokers B | --embedded-broker)\n"
 	"                        [--batch N] [--rate EVENTS_PER_S] [--partitions P] [--compact]\n"
 	"                        [--gen.KEY V ...] [--kafka.KEY V ...] [--config FILE]\n"
 	"Replays FILE (tsv/dat/csv/bin, plain/gz/zst) in timestamp order, or the synthetic stream of\n"
 	"`mfstream gen` (gen.* keys), as MessagePack messages of N events (default %d) keyed by user.\n"
 	"--rate 0 (default) is as fast as possible. --partitions P: the embedded broker creates the\n"
 	"topic with P (default %d); against a real cluster P, if given, must match the topic.\n"
-	"compression.codec=zstd and enable.idempotence=true unless kafka.* keys say otherwise.\n";
+	"compression.codec=zstd and enable.idempotence=true unless kafka.* keys say otherwise.\n"
+	"--delete-user ID / --delete-item ID sends one delete event ({\"op\": \"delete\", ...}, keyed as\n"
+	"the id's ratings are): the model forgets the id (docs/EVENT_FORMAT.md).\n";
 
 static const mfs_conf_alias_t produce_aliases[] = {
 	{"--n", "gen.ratings"}, {"--users", "gen.users"}, {"--items", "gen.items"},
@@ -106,9 +110,12 @@ int mfs_cmd_produce(int argc, char **argv)
 	int ac = argc - 1;
 	char **av = argv + 1;
 	const char *brokers = NULL, *topic = NULL, *s_rate = NULL, *s_batch = NULL, *s_parts = NULL;
+	const char *del_user = NULL, *del_item = NULL;
 	if (mfs_cmd_take_flag(&ac, av, "--brokers", &brokers) < 0 || mfs_cmd_take_flag(&ac, av, "--topic", &topic) < 0 ||
 	    mfs_cmd_take_flag(&ac, av, "--rate", &s_rate) < 0 || mfs_cmd_take_flag(&ac, av, "--batch", &s_batch) < 0 ||
-	    mfs_cmd_take_flag(&ac, av, "--partitions", &s_parts) < 0) {
+	    mfs_cmd_take_flag(&ac, av, "--partitions", &s_parts) < 0 ||
+	    mfs_cmd_take_flag(&ac, av, "--delete-user", &del_user) < 0 ||
+	    mfs_cmd_take_flag(&ac, av, "--delete-item", &del_item) < 0) {
 		fprintf(stderr, "mfstream produce: a flag is missing its value\n");
 		fprintf(stderr, produce_usage, PRODUCE_BATCH_DEFAULT, PRODUCE_EMBEDDED_PARTITIONS);
 		return 2;
@@ -137,8 +144,8 @@ int mfs_cmd_produce(int argc, char **argv)
 		usage_err = "unexpected argument";
 	else if (!topic || !*topic)
 		usage_err = "--topic T is required";
-	else if (synthetic == (*c.train_input != '\0'))
-		usage_err = "give exactly one of --input FILE and --synthetic";
+	else if (synthetic + (*c.train_input != '\0') + (del_user != NULL) + (del_item != NULL) != 1)
+		usage_err = "give exactly one of --input FILE, --synthetic, --delete-user ID and --delete-item ID";
 	else if ((usage_err = mfs_kafka_broker_choice_error(&c, brokers, embedded)))
 		;
 	else if (c.rating_min >= c.rating_max)
@@ -157,7 +164,18 @@ int mfs_cmd_produce(int argc, char **argv)
 		goto out;
 	}
 	rd_kafka_conf_destroy(kc);
-	if (synthetic) {
+	mfs_event_t del = {0};
+	if (del_user || del_item) { /* one delete event, its id in the text form of ids (store.h) */
+		const char *t = del_user ? del_user : del_item;
+		mfs_id_t *id = del_user ? &del.user : &del.item;
+		del.op = del_user ? MFS_OP_DEL_USER : MFS_OP_DEL_ITEM;
+		if (mfs_id_parse(t, strlen(t), id) || mfs_id_check(id)) {
+			fprintf(stderr, "mfstream produce: %s \"%s\": not an id (a u64, or 1..256 bytes of UTF-8)\n",
+			        del_user ? "--delete-user" : "--delete-item", t);
+			goto out;
+		}
+		rc = 0;
+	} else if (synthetic) {
 		rc = mfs_evsrc_open_synth(&c, &src, err, sizeof err);
 	} else {
 		mfs_rfile_opts_t fo = {.format = c.input_format, .fail_on_error = c.input_on_error == 1,
@@ -200,9 +218,12 @@ int mfs_cmd_produce(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	progress_t pg = {mfs_now_s() + PRODUCE_PROGRESS_S, mfs_evsrc_count(src)};
+	progress_t pg = {mfs_now_s() + PRODUCE_PROGRESS_S, src ? mfs_evsrc_count(src) : 1};
 	err[0] = '\0';
-	rc = mfs_produce_run(p, src, 1024, on_progress, &pg, err, sizeof err);
+	if (src)
+		rc = mfs_produce_run(p, src, 1024, on_progress, &pg, err, sizeof err);
+	else if (!(rc = mfs_producer_send(p, &del)))
+		rc = mfs_producer_flush(p, err, sizeof err);
 
 	mfs_producer_stats_t st;
 	mfs_producer_get_stats(p, &st);
@@ -214,7 +235,7 @@ int mfs_cmd_produce(int argc, char **argv)
 	fflush(stdout);
 	if (rc == 1 && produce_stop) {
 		fprintf(stderr, "mfstream produce: interrupted after %" PRIu64 " of %" PRIu64 " events%s%s\n", st.events,
-		        mfs_evsrc_count(src), *err ? "; " : "", err);
+		        pg.total, *err ? "; " : "", err);
 	} else if (rc) {
 		fprintf(stderr, "mfstream produce: %s\n", *err ? err : mfs_strerror(rc));
 	} else {

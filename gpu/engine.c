@@ -168,6 +168,17 @@ int mfs_engine_grow(mfs_engine_t *e)
 	return e->iface->grow ? e->iface->grow(e) : 0;
 }
 
+int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n)
+{
+	if (!e || (ent != 0 && ent != 1) || (n && !rows))
+		return MFS_EINVAL;
+	const uint32_t have = ent ? e->model->n_items : e->model->n_users;
+	for (size_t j = 0; j < n; j++)
+		if (rows[j] >= have)
+			return MFS_EINVAL;
+	return n && e->iface->reset_rows ? e->iface->reset_rows(e, ent, rows, n) : 0;
+}
+
 int mfs_engine_sync(mfs_engine_t *e)
 {
 	if (!e)

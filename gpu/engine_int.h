@@ -33,6 +33,8 @@ struct mfs_engine_i {
 	int (*capture)(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
 	               float *di);
 	int (*capture_wait)(mfs_engine_t *e);
+	/* (optional; absent: the engine works on the host arrays, nothing to take) */
+	int (*reset_rows)(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n);
 };
 
 struct mfs_engine {

@@ -514,12 +514,29 @@ static ALWAYS_INLINE int dec_ts(dec_t *d, long idx, mfs_event_t *e)
 
 /* A map event of n pairs whose header has been read. Unknown keys are skipped (producers
  * may add fields); a known key given twice is wrong_type (which value would we trust?). */
+/* The value of "op" (read after its key): the string "delete" is the only operation besides a
+ * rating (which has no "op"). */
+static int dec_op(dec_t *d, long idx, mfs_event_t *e)
+{
+	const uint8_t *at = d->p;
+	mp_val_t v;
+	if (mp_read(&d->p, d->end, &v))
+		return dec_truncated(d, at);
+	if (v.kind != MP_STR || v.n != 6 || memcmp(v.s, "delete", 6) != 0)
+		return dec_fail(d, MFS_REJ_WRONG_TYPE, idx, "\"op\" must be the string \"delete\"");
+	e->op = MFS_OP_DEL_USER; /* which one: by the id given (dec_map_event) */
+	return 0;
+}
+
+#define KEY_OP 256 /* the key "op" (one-byte keys are their character) */
+
 static int dec_map_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 {
 	unsigned seen = 0;
 	int rc;
 	e->has_ts = 0;
 	e->ts_ms = 0;
+	e->op = MFS_OP_RATE;
 	for (uint32_t k = 0; k < n; k++) {
 		const uint8_t *at = d->p;
 		mp_val_t key;
@@ -533,8 +550,10 @@ static int dec_map_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 				return dec_truncated(d, at);
 			/* "u" as str8/16/32 is unusual but the same string */
 			f = key.kind == MP_STR && key.n == 1 ? (unsigned char)key.s[0] : 0;
+			if (key.kind == MP_STR && key.n == 2 && memcmp(key.s, "op", 2) == 0)
+				f = KEY_OP;
 		}
-		unsigned bit = f == 'u' ? 1 : f == 'i' ? 2 : f == 'r' ? 4 : f == 't' ? 8 : 0;
+		unsigned bit = f == 'u' ? 1 : f == 'i' ? 2 : f == 'r' ? 4 : f == 't' ? 8 : f == KEY_OP ? 16 : 0;
 		if (!bit) {
 			/* the key's own elements (a container key is legal MessagePack) + the value */
 			uint64_t more = 1 + (key.kind == MP_ARRAY ? key.n
@@ -544,7 +563,7 @@ static int dec_map_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 			continue;
 		}
 		if (seen & bit)
-			return dec_fail(d, MFS_REJ_WRONG_TYPE, idx, "duplicate key \"%c\"", f);
+			return dec_fail(d, MFS_REJ_WRONG_TYPE, idx, "duplicate key \"%s\"", f == KEY_OP ? "op" : (char[2]){(char)f, 0});
 		seen |= bit;
 		switch (f) {
 		case 'u':
@@ -556,12 +575,28 @@ static int dec_map_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 		case 'r':
 			rc = dec_rating(d, idx, &e->rating);
 			break;
+		case KEY_OP:
+			rc = dec_op(d, idx, e);
+			break;
 		default:
 			rc = dec_ts(d, idx, e);
 			break;
 		}
 		if (rc)
 			return rc;
+	}
+	if (seen & 16) { /* a deletion: one id, user or item, and no rating */
+		if ((seen & 3) == 3 || (seen & 4))
+			return dec_fail(d, MFS_REJ_WRONG_TYPE, idx, "a delete event names one id (\"u\" or \"i\") and no rating");
+		if (!(seen & 3))
+			return dec_fail(d, MFS_REJ_MISSING_FIELD, idx, "missing field \"u\" or \"i\" (delete)");
+		e->op = seen & 1 ? MFS_OP_DEL_USER : MFS_OP_DEL_ITEM;
+		if (seen & 1)
+			e->item = (mfs_id_t){0};
+		else
+			e->user = (mfs_id_t){0};
+		e->rating = 0;
+		return 0;
 	}
 	if ((seen & 7) != 7)
 		return dec_fail(d, MFS_REJ_MISSING_FIELD, idx, "missing field \"%s\"",
@@ -579,6 +614,7 @@ static int dec_compact_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 	if ((rc = dec_id(d, idx, 'u', &e->user)) || (rc = dec_id(d, idx, 'i', &e->item)) ||
 	    (rc = dec_rating(d, idx, &e->rating)))
 		return rc;
+	e->op = MFS_OP_RATE;
 	e->has_ts = 0;
 	e->ts_ms = 0;
 	return n == 4 ? dec_ts(d, idx, e) : 0;
@@ -736,11 +772,20 @@ static int pack_id(msgpack_packer *pk, const mfs_id_t *id)
 
 static int pack_key(msgpack_packer *pk, const char *k)
 {
-	return msgpack_pack_str(pk, 1) || msgpack_pack_str_body(pk, k, 1);
+	const size_t n = strlen(k);
+	return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, k, n);
 }
 
 static int pack_event(msgpack_packer *pk, const mfs_event_t *e, int compact)
 {
+	if (e->op != MFS_OP_RATE) { /* {"op": "delete", "u"|"i": id, "t"?}: no compact form */
+		const int user = e->op == MFS_OP_DEL_USER;
+		if (msgpack_pack_map(pk, e->has_ts ? 3 : 2) || pack_key(pk, "op") || msgpack_pack_str(pk, 6) ||
+		    msgpack_pack_str_body(pk, "delete", 6) || pack_key(pk, user ? "u" : "i") ||
+		    pack_id(pk, user ? &e->user : &e->item) || (e->has_ts && pack_key(pk, "t")))
+			return -1;
+		return e->has_ts ? msgpack_pack_int64(pk, e->ts_ms) : 0;
+	}
 	size_t n = e->has_ts ? 4 : 3;
 	if (compact) {
 		if (msgpack_pack_array(pk, n) || pack_id(pk, &e->user) || pack_id(pk, &e->item) ||

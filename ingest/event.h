@@ -17,11 +17,16 @@
 
 #include "model_store/store.h"
 
+/** What an event asks (docs/EVENT_FORMAT.md): a rating, or the deletion of a user or an item
+ *  ({"op": "delete", "u": id} / {"op": "delete", "i": id}; the other id has kind 0). */
+enum mfs_event_op { MFS_OP_RATE = 0, MFS_OP_DEL_USER = 1, MFS_OP_DEL_ITEM = 2 };
+
 typedef struct mfs_event {
 	mfs_id_t user, item; /* string ids point into the message buffer (valid while it lives) */
 	float rating;
 	int has_ts;
 	int64_t ts_ms;
+	int op;              /* enum mfs_event_op */
 } mfs_event_t;
 
 /** Why a message was rejected. Stable names (mfs_reject_name) are metric labels. */
@@ -52,7 +57,7 @@ typedef struct mfs_events {
 
 void mfs_events_free(mfs_events_t *es);
 
-/** Decode and validate one message value. On success out holds its events (n >= 1).
+/** Decode and validate one message value (ratings and deletions). On success out holds its events (n >= 1).
  *  @return 0, or MFS_EDECODE with *reason (enum mfs_reject), *index (0-based event number,
  *  or -1 for message-level problems) and a one-line detail; ENOMEM. */
 int mfs_event_decode(const void *buf, size_t len, const mfs_event_opts_t *opts, mfs_events_t *out,

@@ -191,6 +191,7 @@ int mfs_evsrc_next(mfs_evsrc_t *s, mfs_event_t *ev)
 {
 	if (s->es_pos >= s->es_n)
 		return 0;
+	ev->op = MFS_OP_RATE;
 	if (s->es_kind == SRC_FILE) {
 		const fs_rec_t *r = &s->es_rec[s->es_pos++];
 		ev->user = rec_id(s, r->u, r->ulen);

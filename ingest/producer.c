@@ -415,7 +415,7 @@ int mfs_producer_send(mfs_producer_t *p, const mfs_event_t *ev)
 	if (p->pr_rate > 0 && (rc = throttle(p)))
 		return rc;
 	char key[KEY_MAX];
-	size_t kl = id_text(&ev->user, key);
+	size_t kl = id_text(ev->op == MFS_OP_DEL_ITEM ? &ev->item : &ev->user, key); /* a user's events: one partition */
 	int32_t k = part_of_text(key, kl, p->pr_parts);
 	pend_t *b = &p->pr_pend[k];
 	if (!b->pb_n) {

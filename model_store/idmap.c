@@ -1,19 +1,23 @@
 /* idmap.c - external id -> dense row, an open-addressing hash table that grows without
  * stopping.
  *
- * DESIGN: rows are handed out 0, 1, 2, ... and never deleted, so a (key -> row) entry, once
- * written, is true forever. That makes incremental rehashing simple: when the table passes
- * half full we allocate one twice as large and, on every later insert, copy a bounded number
- * (MIGRATE_STEP) of old slots into it. The old table is never modified while it drains, so
- * its linear-probe chains stay intact and a lookup can fall back to it; a key inserted
- * during the migration goes to the new table only, so no key is in both with different
+ * DESIGN: rows are handed out 0, 1, 2, ...; a removed id leaves its row dead (keys[row].kind
+ * 0) until the model gives the row to another id (mfs_idmap_insert_h), and its slot a
+ * tombstone, so the linear-probe chains through it stay intact. Incremental rehashing: when
+ * live slots plus tombstones pass half the table we allocate a new one (twice as large, or the
+ * same size when most of the load is tombstones) and, on every later insert, copy a bounded
+ * number (MIGRATE_STEP) of old slots into it. The old table only ever gains tombstones while
+ * it drains, so a lookup can fall back to it; a key inserted during the migration goes to the
+ * new table only, and a removal marks the key in both, so no key is in both with different
  * rows. Once every old slot is copied the old table is freed. Per insert the work is
- * O(MIGRATE_STEP), never O(table) (Redis dict.c's idea, simplified by append-only rows).
+ * O(MIGRATE_STEP), never O(table) (Redis dict.c's idea).
  *
  * A slot holds row + 1 (0 = empty), the id's kind, and for a u64 id the value itself, for a
  * string id its full 64-bit hash. A u64 lookup is then decided inside the slot (one cache
  * miss, not two); a string lookup compares bytes only when the hashes agree. Keys live in
- * keys[row]; string bytes in an append-only arena.
+ * keys[row]; string bytes in an arena that is appended to and, once more than half of it
+ * belongs to removed ids, rewritten with the live ones (O(live bytes), amortized over the
+ * removals that made the garbage).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +29,8 @@
 
 #define MIGRATE_STEP 256
 #define MIN_SLOTS 1024
+#define TOMB UINT32_MAX     /* a slot's row1 after its id was removed */
+#define ARENA_SLACK (1u << 20) /* garbage bytes tolerated before the arena is rewritten */
 
 struct slot {
 	uint32_t row1; /* row + 1; 0 = empty */
@@ -34,7 +40,8 @@ struct slot {
 
 struct table {
 	struct slot *s;
-	size_t mask; /* slots - 1 (power of two) */
+	size_t mask;  /* slots - 1 (power of two) */
+	size_t tombs; /* slots holding TOMB */
 };
 
 struct key {
@@ -47,10 +54,11 @@ struct mfs_idmap {
 	struct table t;     /* where inserts go */
 	struct table old;   /* draining (s == NULL when not rehashing) */
 	size_t migrate_pos; /* next old slot to copy */
-	struct key *keys;
-	uint32_t n, cap;
+	struct key *keys;   /* kind 0: a dead row */
+	uint32_t n, cap;    /* rows handed out (live or dead), allocated */
+	uint32_t live;      /* ids held */
 	char *arena;
-	size_t arena_len, arena_cap;
+	size_t arena_len, arena_cap, garbage;
 };
 
 static uint64_t id_hash(const mfs_id_t *id)
@@ -76,6 +84,7 @@ static int table_alloc(struct table *t, size_t slots)
 	if (!t->s)
 		return ENOMEM;
 	t->mask = slots - 1;
+	t->tombs = 0;
 	return 0;
 }
 
@@ -88,16 +97,21 @@ static uint32_t table_find(const mfs_idmap_t *m, const struct table *t, uint64_t
 		const struct slot *s = &t->s[i];
 		if (!s->row1)
 			return MFS_ROW_NONE;
+		if (s->row1 == TOMB)
+			continue;
 		if (s->key == key && s->kind == id->kind && (id->kind == MFS_ID_U64 || key_eq(m, s->row1 - 1, id)))
 			return s->row1 - 1;
 	}
 }
 
+/* The id must not be in t (a lookup came first): the first empty or dead slot of its chain. */
 static void table_put(struct table *t, uint64_t h, uint32_t row, const mfs_id_t *id)
 {
 	size_t i = h & t->mask;
-	while (t->s[i].row1)
+	while (t->s[i].row1 && t->s[i].row1 != TOMB)
 		i = (i + 1) & t->mask;
+	if (t->s[i].row1 == TOMB)
+		t->tombs--;
 	t->s[i].row1 = row + 1;
 	t->s[i].kind = id->kind;
 	t->s[i].key = slot_key(id, h);
@@ -111,7 +125,7 @@ static void migrate(mfs_idmap_t *m, size_t steps)
 	size_t end = m->old.mask + 1;
 	for (; steps && m->migrate_pos < end; steps--, m->migrate_pos++) {
 		const struct slot *s = &m->old.s[m->migrate_pos];
-		if (s->row1) {
+		if (s->row1 && s->row1 != TOMB) {
 			mfs_id_t id = mfs_idmap_key(m, s->row1 - 1);
 			table_put(&m->t, s->kind == MFS_ID_STR ? s->key : id_hash(&id), s->row1 - 1, &id);
 		}
@@ -146,6 +160,8 @@ void mfs_idmap_free(mfs_idmap_t *m)
 }
 
 uint32_t mfs_idmap_size(const mfs_idmap_t *m) { return m->n; }
+uint32_t mfs_idmap_live(const mfs_idmap_t *m) { return m->live; }
+int mfs_idmap_alive(const mfs_idmap_t *m, uint32_t row) { return row < m->n && m->keys[row].kind != 0; }
 
 mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row)
 {
@@ -198,10 +214,25 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 		*row = r;
 		return 0;
 	}
-	if (m->n == MFS_ROW_NONE - 1)
+	if ((rc = mfs_idmap_insert_h(m, id, h, m->n)))
+		return rc;
+	*row = m->n - 1;
+	if (added)
+		*added = 1;
+	return 0;
+}
+
+int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t row)
+{
+	int rc = mfs_id_check(id);
+	if (rc)
+		return rc;
+	if (row > m->n || (row < m->n && m->keys[row].kind))
+		return MFS_EINVAL;
+	if (row == MFS_ROW_NONE - 1)
 		return MFS_EFULL;
 	/* room for the key and its bytes first, so a failure leaves the map unchanged */
-	if (m->n == m->cap) {
+	if (row == m->cap) {
 		uint32_t nc = m->cap ? (m->cap > UINT32_MAX / 2 ? UINT32_MAX : m->cap * 2) : 1024;
 		struct key *nk = realloc(m->keys, (size_t)nc * sizeof *nk);
 		if (!nk)
@@ -211,10 +242,12 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 	}
 	if (id->kind == MFS_ID_STR && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + id->len, 1))
 		return ENOMEM;
-	/* grow at half load: start a new table and drain the old one step by step */
-	if (!m->old.s && (size_t)(m->n + 1) * 2 > m->t.mask + 1) {
+	/* past half load (tombstones count: they lengthen chains): a new table, drained step by
+	 * step; twice as large unless most of the load is tombstones */
+	if (!m->old.s && (size_t)(m->live + 1) * 2 + m->t.tombs * 2 > m->t.mask + 1) {
+		const size_t slots = m->t.mask + 1;
 		struct table nt;
-		if (table_alloc(&nt, (m->t.mask + 1) * 2))
+		if (table_alloc(&nt, (size_t)(m->live + 1) * 4 > slots ? slots * 2 : slots))
 			return ENOMEM;
 		m->old = m->t;
 		m->t = nt;
@@ -222,7 +255,7 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 	}
 	migrate(m, MIGRATE_STEP);
 
-	struct key *k = &m->keys[m->n];
+	struct key *k = &m->keys[row];
 	k->kind = id->kind;
 	k->len = id->len;
 	if (id->kind == MFS_ID_U64) {
@@ -232,9 +265,66 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 		k->v = m->arena_len;
 		m->arena_len += id->len;
 	}
-	table_put(&m->t, h, m->n, id);
-	*row = m->n++;
-	if (added)
-		*added = 1;
+	table_put(&m->t, h, row, id);
+	if (row == m->n)
+		m->n++;
+	m->live++;
 	return 0;
+}
+
+/* Mark the slot holding row in t dead (if t has it). */
+static void table_remove(mfs_idmap_t *m, struct table *t, uint64_t h, const mfs_id_t *id, uint32_t row)
+{
+	const uint64_t key = slot_key(id, h);
+	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+		struct slot *s = &t->s[i];
+		if (!s->row1)
+			return;
+		if (s->row1 == row + 1 && s->key == key && s->kind == id->kind) {
+			s->row1 = TOMB;
+			t->tombs++;
+			return;
+		}
+	}
+	(void)m;
+}
+
+/* Rewrite the arena with the live ids' bytes only (once garbage passes half of it). */
+static void arena_compact(mfs_idmap_t *m)
+{
+	if (m->garbage < ARENA_SLACK || m->garbage * 2 < m->arena_len)
+		return;
+	char *na = malloc(m->arena_len - m->garbage + 1);
+	if (!na)
+		return; /* kept as it is: correct, only larger */
+	size_t len = 0;
+	for (uint32_t r = 0; r < m->n; r++) {
+		struct key *k = &m->keys[r];
+		if (k->kind != MFS_ID_STR)
+			continue;
+		memcpy(na + len, m->arena + k->v, k->len);
+		k->v = len;
+		len += k->len;
+	}
+	free(m->arena);
+	m->arena = na;
+	m->arena_len = len;
+	m->arena_cap = len + 1;
+	m->garbage = 0;
+}
+
+void mfs_idmap_remove(mfs_idmap_t *m, uint32_t row)
+{
+	if (!mfs_idmap_alive(m, row))
+		return;
+	mfs_id_t id = mfs_idmap_key(m, row);
+	const uint64_t h = id_hash(&id);
+	table_remove(m, &m->t, h, &id, row);
+	if (m->old.s)
+		table_remove(m, &m->old, h, &id, row);
+	if (id.kind == MFS_ID_STR)
+		m->garbage += id.len;
+	m->keys[row].kind = 0;
+	m->live--;
+	arena_compact(m);
 }

@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "model_store/admit.h"
+#include "model_store/life.h"
 #include "model_store/store.h"
 
 static size_t page_round(size_t bytes)
@@ -51,6 +52,13 @@ int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out)
 	m->k = conf->k;
 	m->init_scale = conf->init_scale;
 	m->seed = conf->seed;
+	for (int e = 0; e < 2; e++)
+		if (!(m->life[e] = calloc(1, sizeof *m->life[e]))) {
+			mfs_model_free(m);
+			return ENOMEM;
+		} else {
+			mfs_rng_seed(&m->life[e]->rng, mfs_mix64(conf->seed ^ 0x6c696665ull, (uint64_t)e));
+		}
 	if (mfs_idmap_init(&m->users) || mfs_idmap_init(&m->items) || mfs_model_reserve(m, 1024, 1024)) {
 		mfs_model_free(m);
 		return ENOMEM;
@@ -68,6 +76,13 @@ void mfs_model_free(mfs_model_t *m)
 	table_free(m->Q, (size_t)m->cap_items * k);
 	table_free(m->bu, (size_t)m->cap_users * sizeof(float));
 	table_free(m->bi, (size_t)m->cap_items * sizeof(float));
+	for (int e = 0; e < 2; e++) {
+		const size_t cap = e ? m->cap_items : m->cap_users;
+		table_free(m->gen[e], cap * sizeof *m->gen[e]);
+		table_free(m->seen[e], cap * sizeof *m->seen[e]);
+		table_free(m->stamp[e], cap * sizeof *m->stamp[e]);
+	}
+	mfs_life_release(m);
 	mfs_idmap_free(m->users);
 	mfs_idmap_free(m->items);
 	for (int e = 0; e < 2; e++)
@@ -78,10 +93,24 @@ void mfs_model_free(mfs_model_t *m)
 	free(m);
 }
 
-/* Grow one entity's arrays to at least `need` rows (doubling). */
-static int grow_entity(mfs_model_t *m, float **F, float **b, uint32_t *cap, uint32_t need)
+/* One per-row array of `es` bytes an element from cap to nc rows (created at nc rows when
+ * *p is NULL and cap rows were never allocated for it). */
+static int grow_array(void **p, size_t es, uint32_t cap, uint64_t nc)
 {
-	if (need <= *cap)
+	void *np = table_grow(*p, *p ? (size_t)cap * es : 0, (size_t)nc * es);
+	if (!np)
+		return ENOMEM;
+	*p = np;
+	return 0;
+}
+
+/* Grow one entity's arrays to at least `need` rows (doubling); with need <= cap, only create
+ * the lifecycle arrays that tracking needs and that do not exist yet. */
+static int grow_entity(mfs_model_t *m, int ent, uint32_t need)
+{
+	float **F = ent ? &m->Q : &m->P, **b = ent ? &m->bi : &m->bu;
+	uint32_t *cap = ent ? &m->cap_items : &m->cap_users;
+	if (need <= *cap && *F && m->gen[ent] && (!m->track || (m->seen[ent] && m->stamp[ent])))
 		return 0;
 	uint64_t nc = *cap ? *cap : 1024;
 	while (nc < need)
@@ -89,17 +118,30 @@ static int grow_entity(mfs_model_t *m, float **F, float **b, uint32_t *cap, uint
 	if (nc > MFS_ROW_NONE)
 		nc = MFS_ROW_NONE;
 	size_t k = (size_t)m->k;
+	/* the per-row lifecycle arrays first (out of memory part way leaves some of them larger
+	 * than cap: room never used, and the service stops on ENOMEM anyway) */
+	void *arr[3] = {m->gen[ent], m->seen[ent], m->stamp[ent]};
+	const size_t es[3] = {sizeof *m->gen[ent], sizeof *m->seen[ent], sizeof *m->stamp[ent]};
+	for (int a = 0; a < 3; a++) {
+		if (a > 0 && !m->track)
+			break;
+		if (arr[a] && nc == *cap)
+			continue;
+		if (grow_array(&arr[a], es[a], *cap, nc))
+			return ENOMEM;
+		m->gen[ent] = arr[0];
+		m->seen[ent] = arr[1];
+		m->stamp[ent] = arr[2];
+	}
+	if (nc == *cap && *F)
+		return 0;
 	float *nb = table_grow(*b, (size_t)*cap * sizeof(float), (size_t)nc * sizeof(float));
 	if (!nb)
 		return ENOMEM;
 	*b = nb;
 	float *nf = table_grow(*F, (size_t)*cap * k * sizeof(float), (size_t)nc * k * sizeof(float));
-	if (!nf) { /* the biases back to the capacity the free path assumes */
-		void *back = mremap(nb, page_round((size_t)nc * sizeof(float)), page_round((size_t)*cap * sizeof(float)), 0);
-		if (back != MAP_FAILED)
-			*b = back;
+	if (!nf)
 		return ENOMEM;
-	}
 	*F = nf;
 	*cap = (uint32_t)nc;
 	return 0;
@@ -107,16 +149,20 @@ static int grow_entity(mfs_model_t *m, float **F, float **b, uint32_t *cap, uint
 
 int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items)
 {
-	int rc = grow_entity(m, &m->P, &m->bu, &m->cap_users, users);
+	int rc = grow_entity(m, 0, users);
 	if (!rc)
-		rc = grow_entity(m, &m->Q, &m->bi, &m->cap_items, items);
+		rc = grow_entity(m, 1, items);
 	return rc;
 }
 
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 {
 	mfs_rng_t r;
-	mfs_rng_seed(&r, mfs_mix64(m->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(ent + 1)), row));
+	uint64_t seed = mfs_mix64(m->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(ent + 1)), row);
+	const uint16_t gen = m->gen[ent] && row < (ent ? m->cap_items : m->cap_users) ? m->gen[ent][row] : 0;
+	if (gen) /* a reused row: its own values, not its last id's starting point */
+		seed = mfs_mix64(seed, gen);
+	mfs_rng_seed(&r, seed);
 	/* float Box-Muller pairs: new ids' rows were ~20 % of the learner on a stream of new ids
 	 * with one double normal per factor, 3x the cost */
 	const float sd = (float)(m->init_scale / sqrt((double)m->k));
@@ -129,41 +175,91 @@ void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 	}
 }
 
+/* Mark row seen now (tracking). */
+static inline void touch(mfs_model_t *m, int ent, uint32_t row)
+{
+	m->seen[ent][row] = m->clock_s;
+	m->stamp[ent][row] = m->batch_stamp;
+}
+
 static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row)
 {
 	mfs_idmap_t *map = ent ? m->items : m->users;
 	const uint32_t max = ent ? m->max_items : m->max_users;
-	if (max && (ent ? m->n_items : m->n_users) >= max) { /* full: known ids only */
-		*row = mfs_idmap_find(map, id);
-		return 0;
-	}
-	if (m->admit[ent]) {
-		if ((*row = mfs_idmap_find(map, id)) != MFS_ROW_NONE)
-			return 0;
-		if (mfs_admit_see(m->admit[ent], h) < m->admit_after) { /* new, and not seen often enough yet */
-			m->admit[ent]->refused++;
+	const uint32_t n = mfs_idmap_size(map);
+	uint32_t r = mfs_idmap_find(map, id);
+	if (r != MFS_ROW_NONE) {
+		if (!m->track) {
+			*row = r;
 			return 0;
 		}
+		/* an expired row the sweep has not reached: freed now, the id starts fresh (it was
+		 * not seen in this batch, so no event of it is in this batch's rows yet) */
+		if (!(m->ttl_s && m->clock_s > m->ttl_s && m->seen[ent][r] < m->clock_s - m->ttl_s)) {
+			touch(m, ent, r);
+			*row = r;
+			return 0;
+		}
+		int rc = mfs_life_free_row(m, ent, r, MFS_FREED_EXPIRED);
+		if (rc)
+			return rc;
 	}
-	int added;
-	int rc = mfs_idmap_get_or_add_h(map, id, h, row, &added);
-	if (rc || !added)
+	*row = MFS_ROW_NONE;
+	const mfs_life_t *L = m->life[ent];
+	if (max && n >= max && !L->n_free && !m->evict) /* full: known ids only */
+		return 0;
+	if (m->admit[ent] && mfs_admit_see(m->admit[ent], h) < m->admit_after) { /* not seen often enough yet */
+		m->admit[ent]->refused++;
+		return 0;
+	}
+	uint32_t nr = mfs_life_pop_free(m, ent);
+	if (nr == MFS_ROW_NONE && (!max || n < max))
+		nr = n;
+	if (nr == MFS_ROW_NONE && (nr = mfs_life_evict(m, ent)) == MFS_ROW_NONE)
+		return 0; /* full, and no row to evict: dropped */
+	int rc;
+	if (nr == n && (rc = grow_entity(m, ent, nr + 1)))
 		return rc;
-	/* the idmap has handed out row == old count; give it storage and initial values */
-	rc = ent ? grow_entity(m, &m->Q, &m->bi, &m->cap_items, *row + 1)
-	         : grow_entity(m, &m->P, &m->bu, &m->cap_users, *row + 1);
-	if (rc)
-		return rc; /* the id keeps its row; a later call retries the allocation */
+	if ((rc = mfs_idmap_insert_h(map, id, h, nr))) {
+		if (nr < n) { /* back on the free list */
+			mfs_life_t *Lw = m->life[ent];
+			Lw->free_rows[Lw->n_free++] = nr;
+		}
+		return rc;
+	}
+	if (nr < n && (rc = mfs_life_reused(m, ent, nr)))
+		return rc;
 	float *F = ent ? m->Q : m->P;
 	float *b = ent ? m->bi : m->bu;
-	mfs_model_init_row(m, ent, *row, F + (size_t)*row * (size_t)m->k);
-	b[*row] = 0.0f;
-	if (ent)
-		m->n_items = *row + 1;
-	else
-		m->n_users = *row + 1;
+	mfs_model_init_row(m, ent, nr, F + (size_t)nr * (size_t)m->k);
+	b[nr] = 0.0f;
+	if (m->track)
+		touch(m, ent, nr);
+	if (nr == n) {
+		if (ent)
+			m->n_items = nr + 1;
+		else
+			m->n_users = nr + 1;
+	}
+	*row = nr;
 	return 0;
 }
+
+int mfs_model_restore_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)
+{
+	/* no admission, eviction or bound: the snapshot's rows are the model's */
+	struct mfs_admit *admit = m->admit[ent];
+	const uint32_t max_u = m->max_users, max_i = m->max_items;
+	m->admit[ent] = NULL;
+	m->max_users = m->max_items = 0;
+	int rc = entity_row_h(m, ent, id, mfs_idmap_hash(id), row);
+	m->admit[ent] = admit;
+	m->max_users = max_u;
+	m->max_items = max_i;
+	return rc;
+}
+
+uint32_t mfs_model_live(const mfs_model_t *m, int ent) { return mfs_idmap_live(ent ? m->items : m->users); }
 
 int mfs_model_admit(mfs_model_t *m, unsigned n, size_t width)
 {

@@ -64,8 +64,20 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 uint64_t mfs_idmap_hash(const mfs_id_t *id);
 /** Hint that the slot of hash h will be probed soon (a cache prefetch; no effect on results). */
 void mfs_idmap_prefetch(const mfs_idmap_t *m, uint64_t h);
+/** Rows handed out so far, live or dead (the next new row, unless a dead one is reused). */
 uint32_t mfs_idmap_size(const mfs_idmap_t *m);
-/** The external id of a row (string points into the map; valid until mfs_idmap_free). */
+/** Ids held (rows handed out less dead ones). */
+uint32_t mfs_idmap_live(const mfs_idmap_t *m);
+/** 1 when row holds an id, 0 when it is dead (removed, not reused yet) or out of range. */
+int mfs_idmap_alive(const mfs_idmap_t *m, uint32_t row);
+/** Add id, which must not be in the map (find gave MFS_ROW_NONE), at `row`: a dead row, or
+ *  mfs_idmap_size(m) itself (a new row). @return 0, ENOMEM, MFS_EFULL, MFS_EIDLEN, MFS_EINVAL
+ *  (row is live or beyond the size). */
+int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t row);
+/** Remove the id of row (no-op for a dead row): the row is dead until inserted into again. */
+void mfs_idmap_remove(mfs_idmap_t *m, uint32_t row);
+/** The external id of a row (kind 0 for a dead row). A string points into the map: valid
+ *  until the next insert or removal. */
 mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row);
 
 /* ---- model -------------------------------------------------------------------------- */
@@ -93,6 +105,18 @@ typedef struct mfs_model {
 	                                  MFS_ROW_NONE from mfs_model_rows (model.max_users, serve) */
 	unsigned admit_after;          /* a new id takes a row at its Nth sighting (<= 1: the first) */
 	struct mfs_admit *admit[2];    /* users, items: sightings of ids not admitted yet (admit.h) */
+	/* the id lifecycle (model_store/life.h): rows freed by eviction, expiry and deletion are
+	 * given to new ids; per row, indexed [0 users, 1 items], capacity cap_users / cap_items */
+	uint16_t *gen[2];              /* times the row was freed (a retained rating of an older
+	                                  generation names another id now) */
+	uint32_t *seen[2];             /* event time the row was last resolved, seconds (track only) */
+	uint32_t *stamp[2];            /* batch (mfs_model_begin_batch) that last resolved it (track only) */
+	struct mfs_life *life[2];
+	int track;                     /* seen and stamp are kept (model.ttl or model.on_full=evict) */
+	int evict;                     /* a full table frees its least recently seen row for a new id */
+	uint32_t ttl_s;                /* rows not seen for this long (event time) are freed; 0: never */
+	uint32_t clock_s;              /* event time now: the latest given to mfs_model_begin_batch */
+	uint32_t batch_stamp;          /* batches begun */
 } mfs_model_t;
 
 int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);
@@ -113,11 +137,17 @@ int mfs_model_rows(mfs_model_t *m, int ent, const mfs_id_t *ids, size_t stride, 
 int mfs_model_admit(mfs_model_t *m, unsigned n, size_t width);
 /** Sightings of ids in entity ent that their table's admission refused so far. */
 uint64_t mfs_model_refused(const mfs_model_t *m, int ent);
+/** Row for id in entity ent as mfs_model_user_row / item_row, but past admission and bounds:
+ *  restoring a snapshot's rows (snapshots/snap_load.h). @return as they. */
+int mfs_model_restore_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row);
+/** Rows of entity ent (0 users, 1 items) holding an id. */
+uint32_t mfs_model_live(const mfs_model_t *m, int ent);
 /** Make sure at least n rows are allocated (no rows are added). @return 0 or ENOMEM. */
 int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items);
 /** Fold ratings into the running global mean. */
 void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count);
-/** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items). */
+/** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items), of
+ *  the row's generation: a row given to a new id after it was freed starts from other values. */
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out);
 
 /* ---- ratings as rows --------------------------------------------------------------- */

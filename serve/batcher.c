@@ -22,14 +22,29 @@ int mfs_ebatch_add_events(mfs_ebatch_t *b, const mfs_event_t *ev, size_t n_ev, v
 	    mfs_grow((void **)&b->ts, &b->cap_ts, b->n_ts + 1, sizeof *b->ts) ||
 	    (holdout_fraction > 0 && mfs_grow((void **)&b->held, &b->cap_held, b->n + n_ev, sizeof *b->held)))
 		return ENOMEM;
-	if (n_ev)
+	size_t dels = 0;
+	for (size_t j = 0; j < n_ev; j++)
+		dels += ev[j].op != MFS_OP_RATE;
+	if (dels && (mfs_grow((void **)&b->del, &b->cap_del, b->n_del + dels, sizeof *b->del) ||
+	             mfs_grow((void **)&b->del_at, &b->cap_del_at, b->n_del + dels, sizeof *b->del_at)))
+		return ENOMEM;
+	if (!dels && n_ev)
 		memcpy(b->ev + b->n, ev, n_ev * sizeof *ev);
+	size_t at = b->n;
 	for (size_t j = 0; j < n_ev; j++) {
+		if (ev[j].op != MFS_OP_RATE) {
+			b->del[b->n_del] = ev[j];
+			b->del_at[b->n_del++] = at;
+			continue;
+		}
+		if (dels)
+			b->ev[at] = ev[j];
 		b->digest += mfs_event_digest(&ev[j]);
 		if (holdout_fraction > 0)
-			b->held[b->n + j] = mfs_event_holdout_u(&ev[j]) < holdout_fraction;
+			b->held[at] = mfs_event_holdout_u(&ev[j]) < holdout_fraction;
+		at++;
 	}
-	b->n += n_ev;
+	b->n = at;
 	if (keep)
 		b->keep[b->n_keep++] = keep;
 	if (ts_ms > 0)
@@ -64,7 +79,7 @@ void mfs_ebatch_clear(mfs_ebatch_t *b)
 	for (size_t j = 0; j < b->n_keep; j++)
 		if (b->keep_free)
 			b->keep_free(b->keep[j]);
-	b->n = b->n_keep = b->n_ts = b->n_off = b->n_reset = 0;
+	b->n = b->n_keep = b->n_ts = b->n_off = b->n_reset = b->n_del = 0;
 	memset(b->rejected, 0, sizeof b->rejected);
 	b->digest = 0;
 	b->messages = 0;
@@ -79,6 +94,8 @@ void mfs_ebatch_free(mfs_ebatch_t *b)
 		return;
 	mfs_ebatch_clear(b);
 	free(b->ev);
+	free(b->del);
+	free(b->del_at);
 	free(b->held);
 	free(b->keep);
 	free(b->ts);

@@ -31,8 +31,12 @@ enum { MFS_EBATCH_SNAPSHOT = 1, MFS_EBATCH_FINAL = 2 };
 typedef void (*mfs_keep_free_fn)(void *keep);
 
 typedef struct mfs_ebatch {
-	mfs_event_t *ev;
+	mfs_event_t *ev;      /* the ratings */
 	size_t n, cap;
+	mfs_event_t *del;     /* deletions (op != MFS_OP_RATE) in stream order; del_at[j]: the ratings
+	                         before deletion j (it applies between ev[del_at[j] - 1] and ev[del_at[j]]) */
+	size_t *del_at;
+	size_t n_del, cap_del, cap_del_at;
 	void **keep;          /* what ev's string ids point into; released when the batch is cleared */
 	size_t n_keep, cap_keep;
 	mfs_keep_free_fn keep_free;
@@ -55,7 +59,8 @@ typedef struct mfs_ebatch {
 	uint64_t barrier_gen;
 } mfs_ebatch_t;
 
-/** Append the events of one message created at ts_ms (<= 0: unknown); b takes ownership of
+/** Append the events of one message created at ts_ms (<= 0: unknown), ratings to ev and
+ * deletions to del at their place among them; b takes ownership of
  * keep (what their string ids point into; NULL: nothing). Adds their digests to b->digest
  * and, when holdout_fraction > 0, marks in b->held the events whose mfs_event_holdout_u() is
  * below it. @return 0 or ENOMEM (keep is still the caller's). */
@@ -70,7 +75,7 @@ void mfs_ebatch_clear(mfs_ebatch_t *b);
 void mfs_ebatch_free(mfs_ebatch_t *b);
 static inline int mfs_ebatch_empty(const mfs_ebatch_t *b)
 {
-	return b->n_off == 0 && b->n_reset == 0 && b->n == 0 && b->barrier == 0;
+	return b->n_off == 0 && b->n_reset == 0 && b->n == 0 && b->n_del == 0 && b->barrier == 0;
 }
 
 typedef struct mfs_batchq {

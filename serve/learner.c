@@ -36,6 +36,7 @@
 #include "common/timeutil.h"
 #include "gpu/engine.h"
 #include "gpu/lr.h"
+#include "model_store/life.h"
 #include "serve/latency.h"
 #include "serve/meta.h"
 #include "serve/prequential.h"
@@ -150,6 +151,13 @@ static void stats_update(mfs_learner_t *l)
 	s.events_dropped = l->meta.dropped;
 	s.not_admitted[0] = mfs_model_refused(l->m, 0);
 	s.not_admitted[1] = mfs_model_refused(l->m, 1);
+	for (int e = 0; e < 2; e++) {
+		s.evicted[e] = mfs_model_freed(l->m, e, MFS_FREED_EVICTED);
+		s.expired[e] = mfs_model_freed(l->m, e, MFS_FREED_EXPIRED);
+		s.deleted[e] = mfs_model_freed(l->m, e, MFS_FREED_DELETED);
+	}
+	s.live_users = mfs_model_live(l->m, 0);
+	s.live_items = mfs_model_live(l->m, 1);
 	s.replay_owed = l->rp.debt;
 	memcpy(s.rejected, l->meta.rejected, sizeof s.rejected);
 	s.n_users = l->m->n_users;
@@ -254,6 +262,36 @@ static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt,
 	return 0;
 }
 
+/* The batch's event time, seconds: its latest event time (t), else its latest message time;
+ * 0 when it has neither (the model's clock stays). */
+static uint32_t batch_clock(const mfs_ebatch_t *b)
+{
+	int64_t t = 0;
+	for (size_t j = 0; j < b->n; j++)
+		if (b->ev[j].has_ts && b->ev[j].ts_ms > t)
+			t = b->ev[j].ts_ms;
+	for (size_t j = 0; !t && j < b->n_ts; j++)
+		if (b->ts[j] > t)
+			t = b->ts[j];
+	t /= 1000;
+	return t > 0 ? (t > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)t) : 0;
+}
+
+/* Rows the model gave to new ids this batch (evicted, expired or deleted before): the engine
+ * takes their fresh values before any batch names them. */
+static int reset_reused(mfs_learner_t *l)
+{
+	for (int ent = 0; ent < 2; ent++) {
+		size_t n;
+		const uint32_t *rows = mfs_model_reused(l->m, ent, &n);
+		int rc = n ? mfs_engine_reset_rows(l->e, ent, rows, n) : 0;
+		if (rc)
+			return mfs_errf(l->err, sizeof l->err, rc, "engine reset rows: %s", mfs_strerror(rc));
+	}
+	mfs_model_reused_clear(l->m);
+	return 0;
+}
+
 static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 {
 	int rc;
@@ -261,6 +299,8 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	double sum = 0;
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	/* the id lifecycle's clock and batch stamp (model_store/life.h) */
+	mfs_model_begin_batch(l->m, l->m->track ? batch_clock(b) : 0);
 	/* each side in event order: the same rows as event by event (the two maps are
 	 * independent), with the lookups' cache misses overlapped */
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
@@ -292,6 +332,8 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		l->grown_items = l->m->n_items;
 		ph_mark(l, MFS_LPH_GROW);
 	}
+	if ((rc = reset_reused(l)))
+		return rc;
 	mfs_batch_t bt = {l->tu_, l->ti_, l->tr_, nt}, bh = {l->hu_, l->hi_, l->hr_, nh};
 	if (l->c->serve_prequential) { /* test, then train: every event is scored before it is learned */
 		if ((rc = score(l, b, &bt, &bh)))
@@ -336,7 +378,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	if ((rc = mfs_pending_push(&l->apl, b->ts, b->n_ts, ticket)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	l->batches++;
-	if (b->n_off || b->n)
+	if (b->n_off || b->n || b->n_del)
 		l->dirty = 1;
 	ph_mark(l, MFS_LPH_RECORD);
 	if (l->c->test_apply_delay_ms > 0) {
@@ -453,6 +495,16 @@ static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
  * and post the job to the publisher. At most one is in flight: a previous one still being
  * written is waited for first. wait (barriers: revocation, shutdown): return only once this
  * one is committed (and its offsets committed synchronously). */
+/* Leave the rows of t that are dead now (freed, no new id yet) out of its list. */
+static void drop_dead(mfs_touched_t *t, const mfs_idmap_t *map)
+{
+	size_t n = 0;
+	for (size_t j = 0; j < t->n; j++)
+		if (mfs_idmap_alive(map, t->rows[j]))
+			t->rows[n++] = t->rows[j];
+	t->n = n;
+}
+
 static int snapshot(mfs_learner_t *l, const char *why, int wait)
 {
 	int rc;
@@ -464,6 +516,10 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 		return 0;
 	mfs_pubjob_t *j = mfs_publisher_job(l->pub);
 	static const uint32_t none = 0; /* a non-NULL empty list (NULL would mean every row) */
+	if (mfs_model_frees(l->m)) { /* rows freed and not given to another id: nothing to write */
+		drop_dead(&l->rows.tu, l->m->users);
+		drop_dead(&l->rows.ti, l->m->items);
+	}
 	const mfs_touched_t *tu = &l->rows.tu, *ti = &l->rows.ti;
 	mfs_snap_info_t rows = {
 		.user_rows = tu->n ? tu->rows : &none, .n_user_rows = tu->n,
@@ -477,6 +533,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	 * publisher (mfs_engine_capture_wait there) */
 	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, e, sizeof e)))
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
+	mfs_model_gone_clear(l->m); /* the stage deletes them */
 	if ((rc = mfs_engine_capture(l->e, tu->rows, tu->n, mfs_snap_stage_values(j->stage, 0, NULL), ti->rows, ti->n,
 	                             mfs_snap_stage_values(j->stage, 1, NULL))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine capture: %s", mfs_strerror(rc));
@@ -532,13 +589,17 @@ static int full_pass(mfs_learner_t *l)
 	mfs_loss_t lw, lh;
 	l->win_rmse = l->hold_rmse = NAN;
 	if (l->win.n) {
-		mfs_batch_t b = mfs_window_batch(&l->win);
+		mfs_batch_t b;
+		if ((rc = mfs_window_live(&l->win, &b)))
+			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 		if ((rc = mfs_engine_loss(l->e, &b, &lw)))
 			return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
 		l->win_rmse = lw.rmse;
 	}
 	if (l->hwin.n) {
-		mfs_batch_t b = mfs_window_batch(&l->hwin);
+		mfs_batch_t b;
+		if ((rc = mfs_window_live(&l->hwin, &b)))
+			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 		if ((rc = mfs_engine_loss(l->e, &b, &lh)))
 			return mfs_errf(l->err, sizeof l->err, rc, "engine loss: %s", mfs_strerror(rc));
 		l->hold_rmse = lh.rmse;
@@ -768,6 +829,12 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		mfs_errf(errstr, es, rc, "admission sketch: %s", mfs_strerror(rc));
 		goto fail;
 	}
+	if ((rc = mfs_model_life(l->m, (uint32_t)c->model_ttl_s,
+	                         (c->model_max_users || c->model_max_items) && c->model_on_full == 0))) {
+		mfs_errf(errstr, es, rc, "model lifecycle: %s", mfs_strerror(rc));
+		goto fail;
+	}
+	l->win.m = l->hwin.m = l->m;
 	if ((rc = mfs_rows_init(&l->rows, l->m))) {
 		mfs_errf(errstr, es, rc, "rows: %s", mfs_strerror(rc));
 		goto fail;

@@ -50,6 +50,8 @@ typedef struct mfs_learner_stats {
 	uint64_t events_replayed;  /* replayed updates since the model began (serve.replay) */
 	uint64_t events_dropped;   /* valid events dropped: a new id refused (model.max_*, model.admit_after) */
 	uint64_t not_admitted[2];  /* sightings of new users / items refused by admission */
+	uint64_t evicted[2], expired[2], deleted[2]; /* ids freed (model_store/life.h), users / items */
+	uint32_t live_users, live_items; /* rows holding an id */
 	double replay_owed;        /* replayed updates owed now */
 	uint64_t rejected[MFS_REJ__COUNT];
 	uint32_t n_users, n_items, cap_users, cap_items;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "model_store/life.h"
 
 void mfs_replay_init(mfs_replay_t *rp, double share, size_t window_cap, size_t chunk, double beta, uint64_t seed)
 {
@@ -62,8 +63,9 @@ int mfs_replay_next(mfs_replay_t *rp, mfs_window_t *w, mfs_batch_t *out)
 		rp->at[nr] = (size_t)(mfs_rng_next(&rp->rng) % (uint64_t)(w->n - run + 1));
 		got += run;
 	}
-	size_t got = 0;
+	size_t got = 0, kept = 0;
 	uint64_t seen = 0;
+	const int check = w->m && mfs_model_frees(w->m) > 0;
 	for (size_t x = 0; x < nr; x++) {
 		if (x + MFS_REPLAY_AHEAD < nr) {
 			const size_t a = rp->at[x + MFS_REPLAY_AHEAD], e = a + len - 1 < w->n ? a + len - 1 : w->n - 1;
@@ -78,6 +80,18 @@ int mfs_replay_next(mfs_replay_t *rp, mfs_window_t *w, mfs_batch_t *out)
 		}
 		const size_t run = n - got < len ? n - got : len;
 		const size_t at = rp->at[x];
+		if (check) { /* rows were freed: slots whose rows name other ids now are left out */
+			for (size_t j = at; j < at + run; j++)
+				if (mfs_window_slot_ok(w, j)) {
+					rp->u[kept] = w->u[j];
+					rp->i[kept] = w->i[j];
+					rp->r[kept++] = w->r[j];
+					seen += w->seen[j];
+					w->seen[j] += w->seen[j] < UINT8_MAX;
+				}
+			got += run;
+			continue;
+		}
 		memcpy(rp->u + got, w->u + at, run * sizeof *rp->u);
 		memcpy(rp->i + got, w->i + at, run * sizeof *rp->i);
 		memcpy(rp->r + got, w->r + at, run * sizeof *rp->r);
@@ -86,13 +100,14 @@ int mfs_replay_next(mfs_replay_t *rp, mfs_window_t *w, mfs_batch_t *out)
 			w->seen[j] += w->seen[j] < UINT8_MAX;
 		}
 		got += run;
+		kept += run;
 	}
 	/* the pass this is for its ratings: the stream's was the first */
-	const double c = 1.0 + (double)seen / (double)n;
+	const double c = 1.0 + (double)seen / (double)(kept ? kept : 1);
 	rp->lr_scale = (float)(1.0 / (1.0 + rp->beta * pow(c, 1.5)));
 	rp->debt -= (double)n;
-	rp->replayed += n;
-	*out = (mfs_batch_t){rp->u, rp->i, rp->r, n};
+	rp->replayed += kept;
+	*out = (mfs_batch_t){rp->u, rp->i, rp->r, kept};
 	return 0;
 }
 

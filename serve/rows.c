@@ -6,6 +6,7 @@
 
 #include "common/grow.h"
 #include "common/thread.h"
+#include "model_store/life.h"
 
 enum { ROWS_IDLE, ROWS_POSTED, ROWS_DONE };
 
@@ -28,8 +29,26 @@ static int side_rows(mfs_rows_t *r, int side, const mfs_ebatch_t *b)
 {
 	uint32_t *rows = side ? r->i : r->u;
 	mfs_touched_t *t = side ? &r->ti : &r->tu;
-	int rc = mfs_model_rows(r->m, side, side ? &b->ev[0].item : &b->ev[0].user, sizeof *b->ev, b->n, rows);
-	return rc ? rc : mfs_touched_mark_many(t, rows, b->n);
+	const size_t stride = sizeof *b->ev;
+	const char *ids = b->n ? (const char *)(side ? &b->ev[0].item : &b->ev[0].user) : NULL;
+	size_t a = 0;
+	int rc;
+	/* deletions of this side's ids at their place among the ratings (model_store/life.h) */
+	for (size_t d = 0; d < b->n_del; d++) {
+		const mfs_event_t *de = &b->del[d];
+		if ((de->op == MFS_OP_DEL_ITEM) != side)
+			continue;
+		const size_t at = b->del_at[d];
+		if (at > a && (rc = mfs_model_rows(r->m, side, (const mfs_id_t *)(ids + a * stride), stride, at - a, rows + a)))
+			return rc;
+		if (at > a)
+			a = at;
+		if ((rc = mfs_model_delete(r->m, side, side ? &de->item : &de->user)) < 0)
+			return -rc;
+	}
+	if (b->n > a && (rc = mfs_model_rows(r->m, side, (const mfs_id_t *)(ids + a * stride), stride, b->n - a, rows + a)))
+		return rc;
+	return mfs_touched_mark_many(t, rows, b->n);
 }
 
 static void *rows_main(void *arg)
@@ -61,7 +80,7 @@ void mfs_rows_start(mfs_rows_t *r)
 
 int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 {
-	if (!b->n)
+	if (!b->n && !b->n_del)
 		return 0;
 	if (mfs_grow((void **)&r->u, &r->cap_u, b->n, sizeof *r->u) || mfs_grow((void **)&r->i, &r->cap_i, b->n, sizeof *r->i))
 		return ENOMEM;

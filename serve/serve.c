@@ -68,8 +68,14 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);
-	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.n_users);
-	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.n_items);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.live_users);
+	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.live_items);
+	const int tab[2] = {MFS_CAT_USERS, MFS_CAT_ITEMS};
+	for (int e = 0; e < 2; e++) {
+		mfs_counter_set(c->ids_evicted_at[tab[e]], st.evicted[e]);
+		mfs_counter_set(c->ids_expired_at[tab[e]], st.expired[e]);
+		mfs_counter_set(c->ids_deleted_at[tab[e]], st.deleted[e]);
+	}
 	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_USERS], st.cap_users);
 	mfs_gauge_set(c->model_capacity_rows_at[MFS_CAT_ITEMS], st.cap_items);
 	mfs_counter_set(c->snapshots, st.snapshots);

@@ -24,12 +24,16 @@
 #define MFS_SNAP_DB_META "meta"
 #define MFS_SNAP_DB_USERS "users"
 #define MFS_SNAP_DB_ITEMS "items"
+/* the writer's own: last-seen time per id (u32 LE seconds of event time), written where the model
+ * tracks it (model.ttl_s, model.on_full=evict) and read back at a restart; readers ignore them */
+#define MFS_SNAP_DB_USER_SEEN "user_seen"
+#define MFS_SNAP_DB_ITEM_SEEN "item_seen"
 #define MFS_SNAP_KEY_TAG_U64 0x01
 #define MFS_SNAP_KEY_TAG_STR 0x02
 #define MFS_SNAP_KEY_MAX (1 + 256)
 #define MFS_SNAP_STR_MAX 256
 #define MFS_SNAP_DTYPE "f32"
-#define MFS_SNAP_MAX_DBS 3
+#define MFS_SNAP_MAX_DBS 5
 /* Reader slots in lock.mdb. Whoever creates the lock file fixes the table size, so the
  * writer, libmfsnap and the Python reader all ask for the same number. */
 #define MFS_SNAP_MAX_READERS 1024

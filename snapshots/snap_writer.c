@@ -54,6 +54,7 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "model_store/life.h"
 #include "snapshots/snap_format.h"
 
 #define SNAP_MAP_MAX ((size_t)1 << 46) /* 64 TiB: beyond this, map full is final */
@@ -61,6 +62,7 @@
 struct mfs_snap_writer {
 	MDB_env *sw_env;
 	MDB_dbi sw_meta, sw_users, sw_items;
+	MDB_dbi sw_seen[2]; /* user_seen, item_seen */
 	char *sw_dir;
 	mfs_snap_sync_t sw_sync;
 	unsigned char *sw_val; /* one row value */
@@ -89,6 +91,16 @@ struct stage_side {
 	size_t str_n, str_cap;
 	int sorted; /* r[] is in key order without repeats (copied stages sort on the writer's side) */
 	int unchecked; /* v[] is filled after staging (mfs_snap_stage_fill_ids): check it publishing */
+	/* last-seen times (a model that tracks them): per value row as v[] (copied), or the model's */
+	uint32_t *seen;
+	size_t seen_cap;
+	const uint32_t *mseen;
+	int has_seen;
+	/* ids removed from the model since the last snapshot: their records are deleted first */
+	mfs_id_t *del;
+	size_t n_del, cap_del;
+	char *del_str;
+	size_t del_str_n, del_str_cap;
 };
 
 struct mfs_snap_stage {
@@ -297,7 +309,9 @@ int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t 
 	}
 	if ((rc = mdb_dbi_open(txn, MFS_SNAP_DB_META, MDB_CREATE, &w->sw_meta)) ||
 	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USERS, MDB_CREATE, &w->sw_users)) ||
-	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEMS, MDB_CREATE, &w->sw_items))) {
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEMS, MDB_CREATE, &w->sw_items)) ||
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USER_SEEN, MDB_CREATE, &w->sw_seen[0])) ||
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEM_SEEN, MDB_CREATE, &w->sw_seen[1]))) {
 		rc = lmdb_fail(w, rc, "dbi_open", errstr, errstr_size);
 		goto fail;
 	}
@@ -382,7 +396,8 @@ static void side_sort(struct stage_side *ss)
  * ids, valid until the model changes (mfs_snap_publish's own use), and is sorted here.
  * copy == 2: the ids only; v[] is sized and left for the caller to fill (checked publishing). */
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
-                     int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy, char *errstr, size_t es)
+                     const uint32_t *seen, int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy,
+                     char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
@@ -391,6 +406,8 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 	ss->str_n = 0;
 	ss->mb = copy ? NULL : b;
 	ss->mF = copy ? NULL : F;
+	ss->has_seen = seen != NULL;
+	ss->mseen = copy ? NULL : seen;
 	if (n == 0)
 		return 0;
 	if (n > ss->cap) {
@@ -408,11 +425,19 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		ss->v = v;
 		ss->v_cap = n * w;
 	}
+	if (copy && seen && mfs_grow((void **)&ss->seen, &ss->seen_cap, n, sizeof *ss->seen))
+		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
 	/* string ids: their bytes first (pointers are set once the arena stops moving) */
+	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t row = rows ? rows[i] : (uint32_t)i;
 		if (row >= n_model)
 			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row, n_model);
+		if (!mfs_idmap_alive(map, row)) { /* freed (model_store/life.h): every row skips it, a list may not name it */
+			if (rows)
+				return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u holds no id", ent, row);
+			continue;
+		}
 		if (copy != 2 && !row_finite(b, F, row, k))
 			return mfs_errf(errstr, es, MFS_ENAN, "%s row %u has a NaN or infinite value; nothing published", ent,
 			                row);
@@ -427,24 +452,56 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 			id.num = ss->str_n; /* offset until the arena is final */
 			ss->str_n += id.len;
 		}
-		ss->r[i].id = id;
+		ss->r[o].id = id;
 		if (!copy) {
-			ss->r[i].row = row;
+			ss->r[o++].row = row;
 			continue;
 		}
-		ss->r[i].row = (uint32_t)i;
-		if (copy == 2)
-			continue;
-		float *v = ss->v + i * w;
-		v[0] = b[row];
-		memcpy(v + 1, F + (size_t)row * (size_t)k, (size_t)k * sizeof(float));
+		ss->r[o].row = (uint32_t)o;
+		if (seen)
+			ss->seen[o] = seen[row];
+		if (copy != 2) {
+			float *v = ss->v + o * w;
+			v[0] = b[row];
+			memcpy(v + 1, F + (size_t)row * (size_t)k, (size_t)k * sizeof(float));
+		}
+		o++;
 	}
-	for (size_t i = 0; copy && i < n; i++)
+	for (size_t i = 0; copy && i < o; i++)
 		if (ss->r[i].id.kind == MFS_ID_STR)
 			ss->r[i].id.str = ss->str + ss->r[i].id.num, ss->r[i].id.num = 0;
-	ss->n = n;
+	ss->n = o;
 	if (!copy)
 		side_sort(ss);
+	return 0;
+}
+
+/* Copy the ids entity ent removed since the last snapshot (model_store/life.h) into ss. */
+static int side_gone(struct stage_side *ss, const mfs_model_t *m, int ent, const char *name, char *errstr, size_t es)
+{
+	const size_t n = mfs_model_gone_n(m, ent);
+	ss->n_del = 0;
+	ss->del_str_n = 0;
+	if (!n)
+		return 0;
+	if (mfs_grow((void **)&ss->del, &ss->cap_del, n, sizeof *ss->del))
+		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu removed %s ids", n, name);
+	for (size_t j = 0; j < n; j++) {
+		mfs_id_t id = mfs_model_gone_id(m, ent, j);
+		if (id.kind == MFS_ID_STR) {
+			if (mfs_grow((void **)&ss->del_str, &ss->del_str_cap, ss->del_str_n + id.len, 1))
+				return mfs_errf(errstr, es, ENOMEM, "out of memory for removed %s ids", name);
+			memcpy(ss->del_str + ss->del_str_n, id.str, id.len);
+			id.num = ss->del_str_n;
+			id.str = NULL;
+			ss->del_str_n += id.len;
+		}
+		ss->del[j] = id;
+	}
+	for (size_t j = 0; j < n; j++)
+		if (ss->del[j].kind == MFS_ID_STR)
+			ss->del[j].str = ss->del_str + ss->del[j].num, ss->del[j].num = 0;
+	ss->n_del = n;
 	return 0;
 }
 
@@ -461,6 +518,9 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s)
 		free(s->side[j].r);
 		free(s->side[j].v);
 		free(s->side[j].str);
+		free(s->side[j].seen);
+		free(s->side[j].del);
+		free(s->side[j].del_str);
 	}
 	free(s);
 }
@@ -472,11 +532,15 @@ static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_
 	s->side[0].n = s->side[1].n = 0;
 	if (m->k < 1)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "model has k = %d", m->k);
-	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, m->k, m->n_users, info->user_rows,
-	                    info->n_user_rows, copy, errstr, errstr_size)) ||
-	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, m->k, m->n_items, info->item_rows,
-	                    info->n_item_rows, copy, errstr, errstr_size))) {
+	const int tr = m->track;
+	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, tr ? m->seen[0] : NULL, m->k, m->n_users,
+	                    info->user_rows, info->n_user_rows, copy, errstr, errstr_size)) ||
+	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, tr ? m->seen[1] : NULL, m->k, m->n_items,
+	                    info->item_rows, info->n_item_rows, copy, errstr, errstr_size)) ||
+	    (rc = side_gone(&s->side[0], m, 0, "user", errstr, errstr_size)) ||
+	    (rc = side_gone(&s->side[1], m, 1, "item", errstr, errstr_size))) {
 		s->side[0].n = s->side[1].n = 0;
+		s->side[0].n_del = s->side[1].n_del = 0;
 		return rc;
 	}
 	s->k = m->k;
@@ -574,7 +638,27 @@ static int check_info(const mfs_snap_stage_t *st, const mfs_snap_info_t *info, c
 
 /* ---- the txn --------------------------------------------------------------------------------- */
 /* Write sorted rows into dbi: plain puts up to the DB's last key, MDB_APPEND after it. */
-static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct stage_side *ss, int k)
+/* Delete the records (row and last-seen time) of the ids ss lists as removed; an id never
+ * published has none. */
+static int delete_rows(MDB_txn *txn, MDB_dbi dbi, MDB_dbi seen_dbi, const struct stage_side *ss)
+{
+	unsigned char kbuf[MFS_SNAP_KEY_MAX];
+	for (size_t j = 0; j < ss->n_del; j++) {
+		const mfs_id_t *id = &ss->del[j];
+		MDB_val key = {id->kind == MFS_ID_U64 ? mfs_snap_key_u64(kbuf, id->num) : mfs_snap_key_str(kbuf, id->str, id->len),
+		               kbuf};
+		int rc = mdb_del(txn, dbi, &key, NULL);
+		if (rc && rc != MDB_NOTFOUND)
+			return rc;
+		rc = mdb_del(txn, seen_dbi, &key, NULL);
+		if (rc && rc != MDB_NOTFOUND)
+			return rc;
+	}
+	return 0;
+}
+
+static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, MDB_dbi seen_dbi, const struct stage_side *ss,
+                      int k)
 {
 	const struct snap_row *r = ss->r;
 	const size_t n = ss->n;
@@ -622,6 +706,12 @@ static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const str
 		val.mv_data = v;
 		val.mv_size = vbytes;
 		rc = mdb_cursor_put(cur, &key, &val, append ? MDB_APPEND : 0);
+		if (!rc && ss->has_seen) {
+			unsigned char sv[4];
+			mfs_snap_put_u32(sv, ss->mseen ? ss->mseen[r[i].row] : ss->seen[r[i].row]);
+			MDB_val s4 = {sizeof sv, sv};
+			rc = mdb_put(txn, seen_dbi, &key, &s4, 0);
+		}
 	}
 out:
 	mdb_cursor_close(cur);
@@ -708,8 +798,10 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_
 	else if (rc != MDB_NOTFOUND)
 		return rc;
 
-	if ((rc = write_rows(w, txn, w->sw_users, &m->side[0], m->k)) ||
-	    (rc = write_rows(w, txn, w->sw_items, &m->side[1], m->k)))
+	if ((rc = delete_rows(txn, w->sw_users, w->sw_seen[0], &m->side[0])) ||
+	    (rc = delete_rows(txn, w->sw_items, w->sw_seen[1], &m->side[1])) ||
+	    (rc = write_rows(w, txn, w->sw_users, w->sw_seen[0], &m->side[0], m->k)) ||
+	    (rc = write_rows(w, txn, w->sw_items, w->sw_seen[1], &m->side[1], m->k)))
 		return rc;
 	MDB_stat su, si;
 	if ((rc = mdb_stat(txn, w->sw_users, &su)) || (rc = mdb_stat(txn, w->sw_items, &si)))

@@ -208,3 +208,127 @@ int cuda_capture_wait(mfs_engine_t *e)
 		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
 	return 0;
 }
+
+/* ---- rows given to new ids (mfs_engine_reset_rows) ------------------------------------- */
+
+/* scatter_rows_kernel: F row rows[j] = in row j (k elements), b[rows[j]] = bin[j]; the mirror
+ * of gather_rows_kernel (same launch shape). Stores go to L2 (__stcg): the persistent kernel
+ * reads rows there. Bytes per row: 4 (index) + k sizeof(T) read and written + 8 (bias). */
+template <typename T>
+__global__ void scatter_rows_kernel(T *F, float *b, const uint32_t *__restrict__ rows, size_t n, int k,
+                                    const T *__restrict__ in, const float *__restrict__ bin)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t j = warp; j < n; j += warps) {
+		const size_t r = __ldg(rows + j);
+		for (int x = lane; x < k; x += 32)
+			F[r * (size_t)k + x] = in[j * (size_t)k + x];
+		if (lane == 0)
+			__stcg(b + r, __ldg(bin + j));
+	}
+}
+
+void reset_free(struct cuda_impl *c)
+{
+	cudaFree(c->r_rows);
+	cudaFree(c->r_F);
+	cudaFree(c->r_b);
+	free(c->r_hF);
+	if (c->r_done)
+		cudaEventDestroy(c->r_done);
+	c->r_rows = NULL, c->r_F = c->r_hF = NULL, c->r_b = NULL, c->r_cap = 0, c->r_done = NULL;
+}
+
+static int reset_reserve(struct cuda_impl *c, size_t n, int k)
+{
+	int rc;
+	if (n <= c->r_cap)
+		return 0;
+	if ((rc = pk_stop(c))) /* cudaFree synchronizes the device: not beside the running kernel */
+		return rc;
+	size_t nc = c->r_cap ? c->r_cap : 4096;
+	while (nc < n)
+		nc *= 2;
+	cudaFree(c->r_rows);
+	cudaFree(c->r_F);
+	cudaFree(c->r_b);
+	free(c->r_hF);
+	c->r_rows = NULL, c->r_F = c->r_hF = NULL, c->r_b = NULL, c->r_cap = 0;
+	if (!(c->r_hF = malloc(nc * (size_t)k * c->es + nc * sizeof(float))))
+		return ENOMEM;
+	MFS_CUDA_TRY(cudaMalloc(&c->r_rows, nc * sizeof *c->r_rows));
+	MFS_CUDA_TRY(cudaMalloc(&c->r_F, nc * (size_t)k * c->es));
+	MFS_CUDA_TRY(cudaMalloc(&c->r_b, nc * sizeof(float)));
+	c->r_cap = nc;
+	return 0;
+}
+
+/* Rows below the device's row count that the host gave to new ids: every published batch
+ * consumed first (a batch in the ring may name the row's last id), then the host's fresh
+ * values uploaded and scattered on the engine's stream, beside the running kernel where it
+ * leaves room (else it is stopped and the next batch relaunches it). Rows the device does not
+ * have yet reach it with grow. Returns with the rows written. */
+int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n)
+{
+	struct cuda_impl *c = impl_of(e);
+	const mfs_model_t *m = e->model;
+	const int k = m->k;
+	const uint32_t have = ent ? c->n_i : c->n_u;
+	const float *hb = ent ? m->bi : m->bu, *hF = ent ? m->Q : m->P;
+	int rc;
+	if ((rc = pk_quiesce(c)) || (rc = reset_reserve(c, n, k)))
+		return rc;
+	/* pack the rows the device has (values converted to its storage type), biases after them */
+	size_t cnt = 0;
+	char *vals = (char *)c->r_hF;
+	float *bias = (float *)(vals + c->r_cap * (size_t)k * c->es);
+	uint32_t *idx = (uint32_t *)malloc(n * sizeof *idx);
+	if (!idx)
+		return ENOMEM;
+	for (size_t j = 0; j < n; j++) {
+		const uint32_t r = rows[j];
+		if (r >= have)
+			continue;
+		const float *src = hF + (size_t)r * (size_t)k;
+		if (c->fp16) {
+			__half *d = (__half *)vals + cnt * (size_t)k;
+			for (int x = 0; x < k; x++)
+				d[x] = __float2half_rn(src[x]);
+		} else {
+			memcpy((float *)vals + cnt * (size_t)k, src, (size_t)k * sizeof(float));
+		}
+		bias[cnt] = hb[r];
+		idx[cnt++] = r;
+	}
+	if (!cnt) {
+		free(idx);
+		return 0;
+	}
+	if (!c->pk.beside && (rc = pk_stop(c))) {
+		free(idx);
+		return rc;
+	}
+	/* pageable sources: each copy is staged before the call returns, so idx may go after */
+	cudaError_t err = cudaMemcpyAsync(c->r_rows, idx, cnt * sizeof *idx, cudaMemcpyHostToDevice, c->stream);
+	if (err == cudaSuccess)
+		err = cudaMemcpyAsync(c->r_F, vals, cnt * (size_t)k * c->es, cudaMemcpyHostToDevice, c->stream);
+	if (err == cudaSuccess)
+		err = cudaMemcpyAsync(c->r_b, bias, cnt * sizeof(float), cudaMemcpyHostToDevice, c->stream);
+	free(idx);
+	MFS_CUDA_TRY(err);
+	const size_t want = (cnt + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+	const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
+	void *F = ent ? c->Q : c->P;
+	float *b = ent ? c->bi : c->bu;
+	if (c->fp16)
+		scatter_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(__half *)F, b, c->r_rows, cnt, k, (const __half *)c->r_F, c->r_b);
+	else
+		scatter_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+			(float *)F, b, c->r_rows, cnt, k, (const float *)c->r_F, c->r_b);
+	MFS_CUDA_LAUNCHED();
+	MFS_CUDA_TRY(cudaEventRecord(c->r_done, c->stream));
+	return beside_wait(c, c->r_done);
+}

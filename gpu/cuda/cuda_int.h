@@ -122,6 +122,12 @@ struct cuda_impl {
 	int cap_pending, cap_copy_done; /* copy_done: capture itself waited for the copy */
 	float *cap_du, *cap_di;
 	size_t cap_nu, cap_ni;
+	/* reset_rows: rows given to new ids, their values (device, and a host staging copy) */
+	uint32_t *r_rows;
+	void *r_F, *r_hF;
+	float *r_b;
+	size_t r_cap;
+	cudaEvent_t r_done;
 };
 
 static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
@@ -165,5 +171,7 @@ int cuda_sync(mfs_engine_t *e);
 int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
                  float *di);
 int cuda_capture_wait(mfs_engine_t *e);
+int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n);
+void reset_free(struct cuda_impl *c);
 
 #endif

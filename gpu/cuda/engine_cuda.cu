@@ -136,6 +136,7 @@ static void cuda_close(mfs_engine_t *e)
 		cudaEventDestroy(c->cap_gathered);
 	if (c->cap_copied)
 		cudaEventDestroy(c->cap_copied);
+	reset_free(c);
 	cudaFree(c->P);
 	cudaFree(c->Q);
 	cudaFree(c->bu);
@@ -194,6 +195,8 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		err = cudaEventCreateWithFlags(&c->cap_gathered, cudaEventDisableTiming);
 	if (err == cudaSuccess)
 		err = cudaEventCreateWithFlags(&c->cap_copied, cudaEventDisableTiming);
+	if (err == cudaSuccess)
+		err = cudaEventCreateWithFlags(&c->r_done, cudaEventDisableTiming);
 	if (err != cudaSuccess) {
 		mfs_errf(errstr, es, MFS_EGPU, "CUDA device %d: %s", c->dev, cudaGetErrorString(err));
 		cuda_close(e);
@@ -257,5 +260,5 @@ static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_resident_load, cuda_resident_free, cuda_sgd_epoch,     cuda_loss_resident, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait,
+	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait, cuda_reset_rows,
 };

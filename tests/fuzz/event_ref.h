@@ -127,9 +127,17 @@ static inline int ref_event(ref_ctx_t *c, const msgpack_object *o, long idx, mfs
 	}
 	if (o->type != MSGPACK_OBJECT_MAP)
 		return ref_reject(c, MFS_REJ_WRONG_TYPE, idx);
-	int seen_u = 0, seen_i = 0, seen_r = 0, seen_t = 0;
+	int seen_u = 0, seen_i = 0, seen_r = 0, seen_t = 0, seen_op = 0;
 	for (uint32_t k = 0; k < o->via.map.size; k++) {
 		const msgpack_object *key = &o->via.map.ptr[k].key, *val = &o->via.map.ptr[k].val;
+		if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 2 && memcmp(key->via.str.ptr, "op", 2) == 0) {
+			if (seen_op)
+				return ref_reject(c, MFS_REJ_WRONG_TYPE, idx); /* duplicate key */
+			seen_op = 1;
+			if (val->type != MSGPACK_OBJECT_STR || val->via.str.size != 6 || memcmp(val->via.str.ptr, "delete", 6))
+				return ref_reject(c, MFS_REJ_WRONG_TYPE, idx);
+			continue;
+		}
 		if (key->type != MSGPACK_OBJECT_STR || key->via.str.size != 1)
 			continue; /* unknown key: ignored */
 		int *seen;
@@ -151,6 +159,14 @@ static inline int ref_event(ref_ctx_t *c, const msgpack_object *o, long idx, mfs
 		}
 		if (rc)
 			return rc;
+	}
+	if (seen_op) { /* a deletion: one id, no rating */
+		if ((seen_u && seen_i) || seen_r)
+			return ref_reject(c, MFS_REJ_WRONG_TYPE, idx);
+		if (!seen_u && !seen_i)
+			return ref_reject(c, MFS_REJ_MISSING_FIELD, idx);
+		e->op = seen_u ? MFS_OP_DEL_USER : MFS_OP_DEL_ITEM;
+		return REF_ACCEPT;
 	}
 	if (!seen_u || !seen_i || !seen_r)
 		return ref_reject(c, MFS_REJ_MISSING_FIELD, idx);

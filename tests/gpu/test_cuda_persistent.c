@@ -19,6 +19,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "gpu/engine.h"
+#include "model_store/life.h"
 #include "model_store/store.h"
 #include "testhelp.h"
 #include "model_help.h"
@@ -344,6 +345,67 @@ static void test_ring_accuracy(void)
 	TEST_ASSERT_MSG(ring <= 1.01 * launch, "ring %.5f vs launch per batch %.5f", ring, launch);
 }
 
+/* mfs_engine_reset_rows: rows freed by deletion and given to new ids take the host's fresh
+ * values on the device, after a batch still in flight that names them (its updates land on the
+ * old values, then the reset replaces them), beside the running kernel; rows not reset keep
+ * what the device learned. The CPU engine works on the host arrays: its reset is nothing. */
+static void test_reset_rows(void)
+{
+	const int k = 32;
+	const uint32_t n = 4096, nd = 300;
+	mfs_model_conf_t mc = {k, 0.1, 9};
+	mfs_model_t *m;
+	TEST_OK(mfs_model_init(&mc, &m));
+	m->mu = 0;
+	add_rows(m, n, n);
+	mfs_engine_t *e = open_cuda(m, 1);
+	mfs_hparams_t hp = {0.05f, 0.0f, 0.0f, 0.0f, 0.0f, -INFINITY, INFINITY};
+	TEST_OK(mfs_engine_set_hparams(e, &hp));
+	uint32_t *u = malloc(n * sizeof *u), *it = malloc(n * sizeof *it);
+	float *r = malloc(n * sizeof *r), *want = malloc((size_t)nd * (1 + k) * sizeof *want);
+	TEST_ASSERT(u && it && r && want);
+	for (uint32_t x = 0; x < n; x++)
+		u[x] = x, it[x] = x, r[x] = 1.0f;
+	mfs_batch_t b = {u, it, r, n};
+	TEST_OK(mfs_engine_sgd(e, &b)); /* every user's bias becomes lr exactly (zero mean, one update) */
+	mfs_model_begin_batch(m, 1);
+	for (uint32_t x = 0; x < nd; x++) {
+		mfs_id_t id = mfs_id_u64(x);
+		TEST_EQ_INT(mfs_model_delete(m, 0, &id), 1);
+	}
+	TEST_OK(mfs_engine_sgd(e, &b)); /* in flight while the host reuses the rows */
+	mfs_model_begin_batch(m, 2);
+	for (uint32_t x = 0; x < nd; x++) {
+		mfs_id_t id = mfs_id_u64(100000 + x);
+		uint32_t row;
+		TEST_OK(mfs_model_user_row(m, &id, &row));
+		TEST_ASSERT(row < nd);
+		want[(size_t)row * (1 + k)] = m->bu[row];
+		memcpy(want + (size_t)row * (1 + k) + 1, m->P + (size_t)row * k, k * sizeof(float));
+	}
+	size_t nr;
+	const uint32_t *rows = mfs_model_reused(m, 0, &nr);
+	TEST_EQ_INT(nr, nd);
+	TEST_OK(mfs_engine_reset_rows(e, 0, rows, nr));
+	mfs_model_reused_clear(m);
+	TEST_OK(mfs_engine_sync(e));
+	const float tol = g_fp16 ? 1e-3f : 0.0f;
+	size_t bad = 0;
+	for (uint32_t row = 0; row < n; row++) {
+		if (row < nd) {
+			bad += m->bu[row] != 0.0f;
+			for (int j = 0; j < k; j++)
+				bad += fabsf(m->P[(size_t)row * k + j] - want[(size_t)row * (1 + k) + 1 + j]) > tol;
+		} else {
+			bad += !(m->bu[row] > 0.07f); /* two updates: lr, then lr + lr (1 - lr - q.p) */
+		}
+	}
+	TEST_ASSERT_MSG(bad == 0, "%zu values differ from the reset / the learned ones", bad);
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	free(u), free(it), free(r), free(want);
+}
+
 int main(void)
 {
 	if (!mfs_engine_cuda_available())
@@ -354,6 +416,7 @@ int main(void)
 		TEST_RUN(test_exactly_once_whole_gpu);
 		TEST_RUN(test_exactly_once_oversubscribed);
 		TEST_RUN(test_capture_beside_stream);
+		TEST_RUN(test_reset_rows);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}

@@ -37,7 +37,7 @@ static int id_eq(const mfs_id_t *a, const mfs_id_t *b)
 
 static int ev_eq(const mfs_event_t *a, const mfs_event_t *b)
 {
-	return id_eq(&a->user, &b->user) && id_eq(&a->item, &b->item) &&
+	return a->op == b->op && id_eq(&a->user, &b->user) && id_eq(&a->item, &b->item) &&
 	       memcmp(&a->rating, &b->rating, sizeof a->rating) == 0 && a->has_ts == b->has_ts &&
 	       (!a->has_ts || a->ts_ms == b->ts_ms);
 }
@@ -567,6 +567,33 @@ static void test_batches(void)
 	TEST_EQ_INT(es.n, 0);
 }
 
+/* Deletions: {"op": "delete", "u": id} or {"op": "delete", "i": id}, validated like ratings and
+ * written back by the packer. */
+static void test_delete_events(void)
+{
+	EXPECT_ACCEPT(LIT("\x82\xa2op\xa6" "delete\xa1u\x07"), &opts15, 1);
+	TEST_ASSERT(es.ev[0].op == MFS_OP_DEL_USER && es.ev[0].user.num == 7 && es.ev[0].item.kind == 0);
+	EXPECT_ACCEPT(LIT("\x83\xa1i\xa3" "abc\xa2op\xa6" "delete\xa1t\x05"), &opts15, 1);
+	TEST_ASSERT(es.ev[0].op == MFS_OP_DEL_ITEM && es.ev[0].item.len == 3 && es.ev[0].has_ts && es.ev[0].ts_ms == 5);
+	/* a batch mixing ratings and a deletion */
+	EXPECT_ACCEPT(LIT("\x92\x93\x01\x02\x03\x82\xa2op\xa6" "delete\xa1u\x01"), &opts15, 2);
+	TEST_ASSERT(es.ev[0].op == MFS_OP_RATE && es.ev[1].op == MFS_OP_DEL_USER);
+	EXPECT_REJECT(LIT("\x82\xa2op\xa6" "update\xa1u\x07"), &opts15, MFS_REJ_WRONG_TYPE, 0);
+	EXPECT_REJECT(LIT("\x82\xa2op\x01\xa1u\x07"), &opts15, MFS_REJ_WRONG_TYPE, 0);
+	EXPECT_REJECT(LIT("\x83\xa2op\xa6" "delete\xa1u\x07\xa1i\x08"), &opts15, MFS_REJ_WRONG_TYPE, 0);
+	EXPECT_REJECT(LIT("\x83\xa2op\xa6" "delete\xa1u\x07\xa1r\x03"), &opts15, MFS_REJ_WRONG_TYPE, 0);
+	EXPECT_REJECT(LIT("\x81\xa2op\xa6" "delete"), &opts15, MFS_REJ_MISSING_FIELD, 0);
+	EXPECT_REJECT(LIT("\x82\xa2op\xa6" "delete\xa1u\xa0"), &opts15, MFS_REJ_ID_LEN, 0);
+	/* the packer's form decodes to the same deletion */
+	mfs_event_t d[2] = {{.op = MFS_OP_DEL_USER, .user = {MFS_ID_STR, 5, 0, "alice"}},
+	                    {.op = MFS_OP_DEL_ITEM, .item = mfs_id_u64(9), .has_ts = 1, .ts_ms = 1234}};
+	mfs_buf_t b = {0};
+	TEST_OK(mfs_event_encode(&b, d, 2, 1, 1)); /* compact asked: a deletion has only the map form */
+	EXPECT_ACCEPT(b.data, b.len, &opts15, 2);
+	TEST_ASSERT(ev_eq(&es.ev[0], &d[0]) && ev_eq(&es.ev[1], &d[1]));
+	mfs_buf_free(&b);
+}
+
 static void test_max_events(void)
 {
 	mfs_event_opts_t o = {1.0, 5.0, 1000};
@@ -681,6 +708,7 @@ int main(void)
 	TEST_RUN(test_unknown_keys);
 	TEST_RUN(test_duplicate_keys);
 	TEST_RUN(test_batches);
+	TEST_RUN(test_delete_events);
 	TEST_RUN(test_max_events);
 	TEST_RUN(test_mutations);
 	fprintf(stderr, "  %ld verdicts compared with the msgpack-c reference, %ld beyond its limits\n",

@@ -27,6 +27,7 @@
 #include "serve/meta.h"
 #include "snapshots/snap_format.h"
 #include "snapshots/snap_load.h"
+#include "model_store/life.h"
 #include "testhelp.h"
 
 static int g_kept, g_freed; /* buffers handed to batches, and released by the queue */
@@ -427,6 +428,7 @@ static void test_bounded_users_drop_and_count(void)
 	conf_for(&c, dir, "true");
 	char err[512];
 	TEST_OK(mfs_conf_set(&c, "model.max_users", "20", err, sizeof err));
+	TEST_OK(mfs_conf_set(&c, "model.on_full", "drop", err, sizeof err));
 	mfs_batchq_t q;
 	TEST_OK(mfs_batchq_init(&q, 4, keep_free));
 	for (int round = 0; round < 2; round++) {
@@ -563,6 +565,105 @@ static void test_replay_reaches_the_snapshot_not_the_counters(void)
 	mfs_conf_free(&c);
 }
 
+/* A batch deleting user "u<k>" (and advancing (topic, part) to next). */
+static void push_delete_user(mfs_batchq_t *q, const char *topic, int32_t part, int64_t next, int k)
+{
+	mfs_ebatch_t *b = mfs_batchq_get(q);
+	TEST_ASSERT(b != NULL);
+	char *name = malloc(16);
+	int len = snprintf(name, 16, "u%d", k);
+	mfs_event_t ev = {.op = MFS_OP_DEL_USER, .user = {MFS_ID_STR, (uint16_t)len, 0, name}};
+	TEST_OK(mfs_ebatch_add_events(b, &ev, 1, name, mfs_wall_ms(), 0));
+	g_kept++;
+	TEST_OK(mfs_ebatch_advance(b, topic, part, next));
+	b->messages = 1;
+	TEST_OK(mfs_batchq_push(q, b, 60000));
+}
+
+/* The users of dir's snapshot, as a bitmap of k for ids "u<k>" (k < 37); *records: their number. */
+static uint64_t snapshot_users(const char *dir, size_t *records)
+{
+	mfs_model_conf_t mc = {8, 0.1, 42};
+	mfs_model_t *m = NULL;
+	mfs_snap_loaded_t ld;
+	char err[256];
+	TEST_OK(mfs_model_init(&mc, &m));
+	int rc = mfs_snap_load(dir, m, &ld, err, sizeof err);
+	TEST_ASSERT_MSG(rc == 0, "%s", err);
+	uint64_t set = 0;
+	for (int j = 0; j < 37; j++) {
+		char name[16];
+		int len = snprintf(name, sizeof name, "u%d", j);
+		mfs_id_t id = {MFS_ID_STR, (uint16_t)len, 0, name};
+		if (mfs_idmap_find(m->users, &id) != MFS_ROW_NONE)
+			set |= 1ull << j;
+	}
+	*records = mfs_model_live(m, 0);
+	TEST_EQ_INT(ld.n_users, *records);
+	mfs_snap_loaded_free(&ld);
+	mfs_model_free(m);
+	return set;
+}
+
+/* The id lifecycle through the learner and its snapshots: a bounded user table (model.max_users
+ * 10, eviction) keeps at most 10 users in every snapshot, the ones seen last; a deleted user is
+ * absent from the next snapshot and from every later one, across a restart, until it comes
+ * back, and then it is there again. */
+static void test_evict_and_delete_reach_the_snapshots(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_conf_t c;
+	conf_for(&c, dir, "false");
+	char err[512];
+	TEST_OK(mfs_conf_set(&c, "model.max_users", "10", err, sizeof err));
+	mfs_batchq_t q;
+	TEST_OK(mfs_batchq_init(&q, 4, keep_free));
+	int64_t next = 1;
+	uint64_t digest = 0;
+	size_t records;
+	for (int round = 0; round < 3; round++) {
+		mfs_learner_t *l = NULL;
+		TEST_ASSERT_MSG(mfs_learner_open(&c, &q, &l, err, sizeof err) == 0, "%s", err);
+		TEST_ASSERT_MSG(mfs_learner_start(l, NULL, NULL, err, sizeof err) == 0, "%s", err);
+		if (round == 0) {
+			/* 37 batches of 10 users each, (10 b + j) % 37: the table fills, then evicts */
+			for (int b = 0; b < 37; b++)
+				push(&q, "t", 0, next++, 10 * b, 10, 0, 0, &digest, NULL);
+			TEST_OK(barrier(&q, MFS_EBATCH_SNAPSHOT));
+			const uint64_t set = snapshot_users(dir, &records);
+			TEST_EQ_INT(records, 10);
+			/* the last batch's users: (360 .. 369) % 37 = 27 .. 36 */
+			for (int k = 27; k < 37; k++)
+				TEST_ASSERT_MSG(set >> k & 1, "u%d (seen last) is not in the snapshot", k);
+			push_delete_user(&q, "t", 0, next++, 30);
+			TEST_OK(barrier(&q, MFS_EBATCH_SNAPSHOT));
+			TEST_ASSERT(!(snapshot_users(dir, &records) >> 30 & 1));
+			TEST_EQ_INT(records, 9);
+			/* ratings by other users: u30 stays out of every later snapshot */
+			push(&q, "t", 0, next++, 31, 5, 0, 0, &digest, NULL); /* u31 .. u35 */
+		} else if (round == 1) { /* after a restart from the snapshot: still out */
+			push(&q, "t", 0, next++, 27, 3, 0, 0, &digest, NULL); /* u27 .. u29 */
+		} else { /* u30 comes back: a fresh row */
+			push(&q, "t", 0, next++, 30, 1, 0, 0, &digest, NULL);
+		}
+		TEST_OK(barrier(&q, MFS_EBATCH_FINAL));
+		TEST_ASSERT_MSG(mfs_learner_join(l, err, sizeof err) == 0, "%s", err);
+		mfs_learner_stats_t st;
+		mfs_learner_get_stats(l, &st);
+		mfs_learner_close(l);
+		const uint64_t set = snapshot_users(dir, &records);
+		TEST_ASSERT_MSG((set >> 30 & 1) == (round == 2), "round %d: u30 %s", round, set >> 30 & 1 ? "present" : "absent");
+		TEST_ASSERT(records <= 10);
+		TEST_EQ_INT(st.events_dropped, 0);
+		mfs_snap_loaded_t ld;
+		loaded_events(dir, &ld);
+		TEST_EQ_INT(offset_of(&ld, "t", 0), next - 1);
+		mfs_snap_loaded_free(&ld);
+	}
+	mfs_batchq_destroy(&q);
+	mfs_conf_free(&c);
+}
+
 int main(void)
 {
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -574,5 +675,6 @@ int main(void)
 	TEST_RUN(test_replay_reaches_the_snapshot_not_the_counters);
 	TEST_RUN(test_bounded_users_drop_and_count);
 	TEST_RUN(test_admission);
+	TEST_RUN(test_evict_and_delete_reach_the_snapshots);
 	return TEST_REPORT();
 }
