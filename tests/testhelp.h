@@ -84,6 +84,17 @@ static inline const char *test_tmpdir(void)
 	return dir;
 }
 
+/** A test's time limit in seconds, times MFS_TEST_TIMEOUT_SCALE (default 3; testhelp.py reads
+ *  the same variable). Limits bound waits on conditions, so a passing test takes no longer with a
+ *  larger factor; only a machine too busy for the unscaled limit needs one. Deliberate delays and
+ *  the product's own deadlines (a probe answered within 1 s) are not limits and do not scale. */
+static inline double test_seconds(double s)
+{
+	const char *e = getenv("MFS_TEST_TIMEOUT_SCALE");
+	double f = e && *e ? atof(e) : 3.0;
+	return s * (f > 0 ? f : 3.0);
+}
+
 /** Path of the mfstream binary (set by ctest as MFS_BIN). */
 static inline const char *test_bin(void)
 {

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -194,7 +195,7 @@ static int sh_real_create_topic(const char *bs, const char *topic, int parts)
 	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, parts, 1, e, sizeof e);
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
 	rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
-	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(test_seconds(60) * 1000));
 	int rc = -1;
 	if (ev && !rd_kafka_event_error(ev)) {
 		size_t n = 0;
@@ -203,14 +204,14 @@ static int sh_real_create_topic(const char *bs, const char *topic, int parts)
 		TEST_ASSERT_MSG(rc == 0, "create topic %s: %s", topic,
 		                n ? rd_kafka_topic_result_error_string(res[0]) : "no result");
 	} else {
-		TEST_ASSERT_MSG(0, "create topic %s: %s", topic, ev ? rd_kafka_event_error_string(ev) : "no answer in 60 s");
+		TEST_ASSERT_MSG(0, "create topic %s: %s", topic, ev ? rd_kafka_event_error_string(ev) : "no answer in time");
 	}
 	if (ev)
 		rd_kafka_event_destroy(ev);
 	rd_kafka_queue_destroy(q);
 	rd_kafka_NewTopic_destroy(nt);
 	/* the topic exists once every partition has a leader in the metadata */
-	double end = mfs_now_s() + 60;
+	double end = mfs_now_s() + test_seconds(60);
 	int led = 0;
 	while (rc == 0 && !led && mfs_now_s() < end) {
 		rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
@@ -227,7 +228,7 @@ static int sh_real_create_topic(const char *bs, const char *topic, int parts)
 		if (!led)
 			nanosleep(&(struct timespec){0, 100 * 1000000}, NULL);
 	}
-	TEST_ASSERT_MSG(rc != 0 || led, "topic %s: partitions without a leader after 60 s", topic);
+	TEST_ASSERT_MSG(rc != 0 || led, "topic %s: partitions without a leader after %.0f s", topic, test_seconds(60));
 	rd_kafka_destroy(rk);
 	return rc == 0 && led ? 0 : -1;
 }
@@ -270,8 +271,8 @@ static int sh_own_broker_do(const char *dir, const char *verb)
 	else
 		snprintf(sh, sizeof sh, "%s/../shared/kafka/broker.sh", src && *src ? src : ".");
 	if (strcmp(verb, "restart") == 0)
-		snprintf(cmd, sizeof cmd, "bash '%s/tests/kafka/restart.sh' '%s' '%s' 180 >/dev/null 2>&1",
-		         src && *src ? src : ".", sh, dir);
+		snprintf(cmd, sizeof cmd, "bash '%s/tests/kafka/restart.sh' '%s' '%s' %.0f >/dev/null 2>&1",
+		         src && *src ? src : ".", sh, dir, test_seconds(180));
 	else
 		snprintf(cmd, sizeof cmd, "'%s' %s '%s' >/dev/null 2>&1", sh, verb, dir);
 	int st = system(cmd);
@@ -338,12 +339,17 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
                       const char *logpath, const char *dlq, const char *const *extra)
 {
 	fflush(NULL);
+	const pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		perror("fork");
 		exit(2);
 	}
 	if (pid == 0) {
+		/* a serve never outlives its test, however the test ends (a crash, ctest's kill) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		FILE *f = freopen(logpath, "a", stderr);
 		(void)f;
 		char gk[256];
@@ -441,10 +447,11 @@ static sh_snap_t sh_read(const char *dir)
 	return s;
 }
 
-/* Poll the snapshot until events_applied >= want (or the child dies, or timeout_s). */
+/* Poll the snapshot until events_applied >= want (or the child dies, or timeout_s, scaled by
+ * test_seconds). */
 static sh_snap_t sh_wait_events(const char *dir, pid_t pid, uint64_t want, double timeout_s, int *child_died)
 {
-	double end = mfs_now_s() + timeout_s;
+	double end = mfs_now_s() + test_seconds(timeout_s);
 	sh_snap_t s;
 	*child_died = 0;
 	for (;;) {
@@ -508,7 +515,7 @@ static void sh_topic_read(const char *bs, const char *topic, int parts, const in
 	rd_kafka_topic_partition_list_destroy(tp);
 	mfs_event_opts_t eo = {0.5, 5.0, 0};
 	mfs_events_t evs = {0};
-	double end = mfs_now_s() + 60;
+	double end = mfs_now_s() + test_seconds(60);
 	while (seen < total && mfs_now_s() < end) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 		if (!m)
@@ -636,11 +643,11 @@ static long sh_log_count(const char *path, const char *s)
 	return n;
 }
 
-/* Wait up to timeout_s for the child to exit; its exit status (-1: killed by a signal, or
- * still running at the timeout: then it is killed). */
+/* Wait up to timeout_s (scaled by test_seconds) for the child to exit; its exit status (-1:
+ * killed by a signal, or still running at the timeout: then it is killed). */
 static int sh_wait_exit(pid_t pid, double timeout_s)
 {
-	double end = mfs_now_s() + timeout_s;
+	double end = mfs_now_s() + test_seconds(timeout_s);
 	int st;
 	for (;;) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
@@ -704,7 +711,7 @@ static double sh_metric(const char *body, const char *series)
 /* port the service logged ("metrics listening ... port=N"), or -1 */
 static int sh_logged_port(const char *log)
 {
-	for (int tries = 0; tries < 200; tries++) {
+	for (double end = mfs_now_s() + test_seconds(10); mfs_now_s() < end;) {
 		FILE *f = fopen(log, "r");
 		char line[2048];
 		while (f && fgets(line, sizeof line, f)) {

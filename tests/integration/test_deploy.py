@@ -48,11 +48,7 @@ K8S = os.path.join(DEPLOY, "k8s")
 ENTRY = os.path.join(DEPLOY, "entrypoint.sh")
 
 sys.path.insert(0, os.path.join(SRC, "tests"))
-from testhelp import check, report  # noqa: E402
-
-
-def run(args, env=None, timeout=60, **kw):
-    return subprocess.run(args, env=env, timeout=timeout, capture_output=True, text=True, **kw)
+from testhelp import check, report, run, seconds, spawn, stop  # noqa: E402
 
 
 def base_env(**extra):
@@ -518,7 +514,7 @@ def free_port():
 
 
 def wait_for(fn, timeout, step=0.1):
-    end = time.monotonic() + timeout
+    end = time.monotonic() + seconds(timeout)
     while time.monotonic() < end:
         v = fn()
         if v:
@@ -542,8 +538,7 @@ def test_service_lifecycle(tmp, compose):
     port = free_port()
     env = base_env(MFS_DEFAULT_SNAPSHOT_DIR=snap, MFS_DEFAULT_METRICS_LISTEN="127.0.0.1:%d" % port, **menv)
     out, err = open(os.path.join(tmp, "serve.out"), "w+"), open(os.path.join(tmp, "serve.err"), "w+")
-    proc = subprocess.Popen(["sh", ENTRY, "--embedded-broker", "--partitions", "2"], env=env,
-                            stdout=out, stderr=err)
+    proc = spawn(["sh", ENTRY, "--embedded-broker", "--partitions", "2"], env=env, stdout=out, stderr=err)
     try:
         def addr():
             out.seek(0)
@@ -570,7 +565,7 @@ def test_service_lifecycle(tmp, compose):
         applied = lambda: meta_of(base_env(), snap).get("events_applied") == str(n)
         check(wait_for(applied, 60, 0.2), "the service applied all %d events" % n)
         proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=60)
+        rc = proc.wait(timeout=seconds(60))
         check(rc == 0, "SIGTERM through the entrypoint: exit 0 (got %s)" % rc)
         err.seek(0)
         if rc != 0:
@@ -582,9 +577,7 @@ def test_service_lifecycle(tmp, compose):
         if HAVE_METRICS:
             check(not hc(), "healthcheck.sh fails once the service is gone")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     # the example reader on the live snapshot
     reader = os.path.join(DEPLOY, "reader_example.py")
     py = sys.executable
@@ -596,11 +589,13 @@ def test_service_lifecycle(tmp, compose):
           "reader example prints 5 items: %s" % line)
     p = run([py, reader, os.path.join(tmp, "nothing"), "--once"], env=base_env())
     check(p.returncode == 1 and "no snapshot" in p.stderr, "reader example without a snapshot: exit 1")
-    rp = subprocess.Popen([py, reader, snap, "--interval", "0.2"], stdout=subprocess.PIPE, text=True,
-                          env=base_env())
-    first = rp.stdout.readline()
-    rp.send_signal(signal.SIGTERM)
-    check(rp.wait(timeout=10) == 0 and "seq=" in first, "reader example stops cleanly on SIGTERM")
+    rp = spawn([py, reader, snap, "--interval", "0.2"], stdout=subprocess.PIPE, text=True, env=base_env())
+    try:
+        first = rp.stdout.readline()
+        rp.send_signal(signal.SIGTERM)
+        check(rp.wait(timeout=seconds(10)) == 0 and "seq=" in first, "reader example stops cleanly on SIGTERM")
+    finally:
+        stop(rp)
 
 
 class _Stub(http.server.BaseHTTPRequestHandler):

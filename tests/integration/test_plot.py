@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import zlib
@@ -29,7 +28,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(SRC, "tests"))
-from testhelp import check, report  # noqa: E402
+from testhelp import check, report, run  # noqa: E402
 
 
 def write_stream_csv(path, n=240, with_eps=True):
@@ -87,7 +86,7 @@ def png_ok(path, min_bytes=8000):
 
 
 def run_plot(args):
-    p = subprocess.run([sys.executable, PLOT] + args, capture_output=True, text=True, timeout=300)
+    p = run([sys.executable, PLOT] + args, timeout=300)
     return p.returncode, [ln for ln in p.stdout.splitlines() if ln.strip()], p.stderr
 
 

@@ -167,7 +167,7 @@ static void consume_check(const char *topic, size_t batch, int strict, int all_p
 	mfs_event_opts_t eo = {0.5, 5.0, 0};
 	mfs_events_t evs = {0};
 	int64_t seen = 0, bad_msgs = 0, bad_order = 0, bad_part = 0, bad_key = 0;
-	double deadline = mfs_now_s() + 30;
+	double deadline = mfs_now_s() + test_seconds(30);
 	while (seen < total && mfs_now_s() < deadline) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 		if (!m)

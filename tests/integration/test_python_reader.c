@@ -423,7 +423,7 @@ static void test_python_follows_growth(void)
 	            "s = mfsnap.Snapshot(sys.argv[1]); S = int(sys.argv[2]); K = %d\n"
 	            "print(\"ready\", flush=True)\n"
 	            "reads = bad = 0; last = 0; seen = set(); t0 = time.time()\n"
-	            "while last < S and time.time() - t0 < 60:\n"
+	            "while last < S and time.time() - t0 < %.0f:\n"
 	            "    m = s.meta(); q = m[\"seq\"]\n"
 	            "    bad += m[\"mu\"] != q or m[\"n_items\"] != 100 + 300 * q or m[\"n_users\"] != 50 + 200 * q\n"
 	            "    b, v = s.user(0); bad += any(x != b for x in v.tolist())\n"
@@ -433,7 +433,7 @@ static void test_python_follows_growth(void)
 	            "    bad += not r or len(top) != 100 + 300 * r[0] or r[0] < max(last, q, int(b))\n"
 	            "    last = max(last, q, int(b), r[0] if r else 0); seen.add(q); reads += 1\n"
 	            "print(\"done\", reads, last, bad, len(seen), flush=True)' '%s' %d",
-	         pydir, K, dir, GROW_S);
+	         pydir, K, test_seconds(60), dir, GROW_S);
 	FILE *p = popen(cmd, "r");
 	TEST_ASSERT(p != NULL);
 	if (!p)

@@ -212,9 +212,9 @@ static FILE *py_start(const char *qfile, int wait_seq)
 	            "answer(); print(\"==\", s.staleness()[0], flush=True)\n"
 	            "if W:\n"
 	            "    t0 = time.time()\n"
-	            "    while s.staleness()[0] < W and time.time() - t0 < 60: time.sleep(0.01)\n"
+	            "    while s.staleness()[0] < W and time.time() - t0 < %.0f: time.sleep(0.01)\n"
 	            "    answer(); print(\"==\", s.staleness()[0], flush=True)' '%s' '%s' %d",
-	         pydir, dir, qfile, wait_seq);
+	         pydir, test_seconds(60), dir, qfile, wait_seq);
 	return popen(cmd, "r");
 }
 

@@ -43,7 +43,7 @@ static void test_backpressure(void)
 	long peak = -1;
 	sh_snap_t s;
 	memset(&s, 0, sizeof s);
-	double t_end = mfs_now_s() + 120;
+	double t_end = mfs_now_s() + test_seconds(120);
 	while (mfs_now_s() < t_end && waitpid(pid, NULL, WNOHANG) == 0) {
 		long p = peak_rss_kb(pid);
 		if (p > peak)

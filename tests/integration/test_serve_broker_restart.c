@@ -32,10 +32,10 @@ static void sample(const sh_snap_t *s)
 		samples[n_samples++] = *s;
 }
 
-/* Sample snapshots until events + held out >= want (or the child dies, or timeout_s). */
+/* Sample snapshots until events + held out >= want (or the child dies, or timeout_s, scaled). */
 static sh_snap_t sample_until(const char *snap, pid_t pid, uint64_t want, double timeout_s, int *died)
 {
-	double end = mfs_now_s() + timeout_s;
+	double end = mfs_now_s() + test_seconds(timeout_s);
 	sh_snap_t s;
 	*died = 0;
 	for (;;) {
@@ -90,16 +90,16 @@ static void test_broker_restart(void)
 	/* 2: down past the session timeout (sh_spawn: 6 s), back up, more events */
 	brc = sh_own_broker_do(bdir, "kill");
 	TEST_EQ_INT(brc, 0);
-	double end = mfs_now_s() + 60;
+	double end = mfs_now_s() + test_seconds(60);
 	while (sh_log_count(log, "lost=1") == 0 && mfs_now_s() < end)
 		nanosleep(&(struct timespec){0, 100 * 1000000}, NULL);
-	TEST_ASSERT_MSG(sh_log_count(log, "lost=1") > 0, "no lost assignment logged within 60 s (log %s)", log);
+	TEST_ASSERT_MSG(sh_log_count(log, "lost=1") > 0, "no lost assignment logged within %.0f s (log %s)", test_seconds(60), log);
 	TEST_ASSERT_MSG(waitpid(pid, NULL, WNOHANG) == 0, "serve exited while the broker was down (log %s)", log);
 	/* nothing assigned: not ready, yet alive (it serves its last snapshot) */
 	char body[4096];
 	const int port = sh_logged_port(log);
 	int ready = 0, alive;
-	for (double until = mfs_now_s() + 30; mfs_now_s() < until; nanosleep(&(struct timespec){0, 50000000}, NULL))
+	for (double until = mfs_now_s() + test_seconds(30); mfs_now_s() < until; nanosleep(&(struct timespec){0, 50000000}, NULL))
 		if ((ready = sh_http_get(port, "/readyz", body, sizeof body)) == 503)
 			break; /* (the revoke's snapshot comes first) */
 	alive = sh_http_get(port, "/healthz", body, sizeof body);

@@ -8,6 +8,10 @@ bin=${MFS_BIN:?}
 tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP # through the EXIT trap: the background serve never outlives the test
+# a time limit of $1 seconds times MFS_TEST_TIMEOUT_SCALE (default 3, as testhelp.h), as a deadline on $SECONDS
+deadline() { awk -v s="$1" -v f="${MFS_TEST_TIMEOUT_SCALE:-3}" -v now="$SECONDS" \
+	'BEGIN { f += 0; if (f <= 0) f = 3; printf "%d", now + s * f }'; }
 fail() { echo "FAIL: $*"; [ -f "$tmp/serve.err" ] && tail -20 "$tmp/serve.err"; exit 1; }
 
 # usage errors
@@ -26,7 +30,8 @@ set -e
 "$bin" serve --embedded-broker --partitions 2 --topic demo --snapshot "$tmp/snap" --k 16 --engine cpu \
 	--serve.snapshot_ms 100 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-for _ in $(seq 100); do grep -q "bootstrap=" "$tmp/serve.out" && break; sleep 0.1; done
+end=$(deadline 10)
+while [ "$SECONDS" -le "$end" ]; do grep -q "bootstrap=" "$tmp/serve.out" && break; sleep 0.1; done
 addr=$(sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p' "$tmp/serve.out")
 [ -n "$addr" ] || fail "serve printed no bootstrap address"
 base=$("$bin" inspect --snapshot "$tmp/snap" | sed -n 's/^events_applied = //p')
@@ -35,7 +40,8 @@ base=$("$bin" inspect --snapshot "$tmp/snap" | sed -n 's/^events_applied = //p')
 msgs=$(sed -n 's/.* messages=\([0-9]*\) .*/\1/p' "$tmp/produce.out")
 want=$((base + 20000))
 got=0
-for _ in $(seq 300); do
+end=$(deadline 30)
+while [ "$SECONDS" -le "$end" ]; do
 	got=$("$bin" inspect --snapshot "$tmp/snap" | sed -n 's/^events_applied = //p')
 	[ "$got" -ge "$want" ] && break
 	sleep 0.1

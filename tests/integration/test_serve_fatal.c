@@ -54,7 +54,7 @@ static void one_fault(sh_env_t *v, int j, const char *spec, const char *words)
 	/* the fault fires within the backlog: /healthz turns 503 with the cause */
 	char body[4096] = "";
 	int st = 0, exited = -2;
-	for (double end = mfs_now_s() + 120; mfs_now_s() < end;) {
+	for (double end = mfs_now_s() + test_seconds(120); mfs_now_s() < end;) {
 		st = sh_http_get(port, "/healthz", body, sizeof body);
 		if (st == 503)
 			break;

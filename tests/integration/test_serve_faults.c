@@ -73,7 +73,7 @@ static void test_faults(void)
 		sample_for(snap, 0.6);
 	}
 	total += sh_produce_valid(bs, topic, N2, 8); /* more events after the faults */
-	double t_end = mfs_now_s() + 90;
+	double t_end = mfs_now_s() + test_seconds(90);
 	do {
 		s = sh_read(snap);
 		if (s.found && n_samples < MAX_SAMPLES)

@@ -82,7 +82,7 @@ static void test_kill9_exactly_once(void)
 	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-kill9-final", log, NULL, extra);
 	int died;
 	sh_snap_t s;
-	double t_end = mfs_now_s() + 90;
+	double t_end = mfs_now_s() + test_seconds(90);
 	do { /* applied + held out reach every valid event */
 		s = sh_wait_events(snap, pid, 1, 5, &died);
 		if (s.events + s.held_out >= total)

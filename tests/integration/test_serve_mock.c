@@ -37,7 +37,7 @@ static rd_kafka_message_t *read_at(rd_kafka_t *rk, const char *topic, int32_t pa
 	rd_kafka_topic_partition_list_add(tp, topic, part)->offset = off;
 	rd_kafka_resp_err_t ke = rd_kafka_assign(rk, tp);
 	rd_kafka_topic_partition_list_destroy(tp);
-	for (double end = mfs_now_s() + 10; !ke && mfs_now_s() < end;) {
+	for (double end = mfs_now_s() + test_seconds(10); !ke && mfs_now_s() < end;) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 		if (m && !m->err && m->partition == part && m->offset == off)
 			return m;
@@ -63,7 +63,7 @@ static void check_dead_letters(const char *bs, const char *topic, const char *dl
 	const mfs_event_opts_t eo = {0.5, 5.0, 0}; /* serve's rating.min/max defaults */
 	mfs_events_t evs = {0};
 	int seen[SH_N_BAD] = {0}, n = 0;
-	double end = mfs_now_s() + 10;
+	double end = mfs_now_s() + test_seconds(10);
 	while (n < (int)SH_N_BAD && mfs_now_s() < end) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 		if (!m)
@@ -184,7 +184,7 @@ static void check_metrics(const char *log, uint64_t n, const char *topic)
 		sum += v;
 	}
 	TEST_ASSERT_MSG(sum <= up + 0.05 && sum >= 0.25 * up, "learner phases sum to %g s in %g s up", sum, up);
-	double end = mfs_now_s() + 30, lag = -1;
+	double end = mfs_now_s() + test_seconds(30), lag = -1;
 	for (;;) {
 		lag = 0;
 		for (int p = 0; p < N_PARTS && lag >= 0; p++) {
@@ -269,7 +269,7 @@ static void test_serve_exactly_once(void)
 	/* the rejected messages follow the valid ones: wait until a snapshot covers the whole topic */
 	int64_t lo[N_PARTS], hi[N_PARTS];
 	sh_watermarks(bs, topic, N_PARTS, lo, hi);
-	double t_end = mfs_now_s() + 30;
+	double t_end = mfs_now_s() + test_seconds(30);
 	for (int covered = 0; !covered && mfs_now_s() < t_end;) {
 		s = sh_read(snap);
 		covered = 1;

@@ -17,7 +17,7 @@
 
 static int wait_count(const char *log, const char *s, long want, double timeout_s)
 {
-	for (double end = mfs_now_s() + timeout_s; mfs_now_s() < end; nanosleep(&(struct timespec){0, 20000000}, NULL))
+	for (double end = mfs_now_s() + test_seconds(timeout_s); mfs_now_s() < end; nanosleep(&(struct timespec){0, 20000000}, NULL))
 		if (sh_log_count(log, s) >= want)
 			return 1;
 	return 0;

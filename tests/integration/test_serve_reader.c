@@ -171,7 +171,7 @@ static void test_reader_sees_whole_snapshots(void)
 		}
 		nanosleep(&(struct timespec){0, 400 * 1000000}, NULL);
 	}
-	double t_end = mfs_now_s() + 60;
+	double t_end = mfs_now_s() + test_seconds(60);
 	do {
 		s = sh_wait_events(snap, pid, 1, 5, &died);
 		if (s.events + s.held_out >= total)

@@ -19,7 +19,7 @@
 /* Wait until the log has more than `after` lines with s, or the deadline; returns the count. */
 static long wait_lines(const char *path, const char *s, long after, double seconds)
 {
-	double end = mfs_now_s() + seconds;
+	double end = mfs_now_s() + test_seconds(seconds);
 	long n;
 	while ((n = sh_log_count(path, s)) <= after && mfs_now_s() < end)
 		nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
@@ -46,7 +46,7 @@ static void real_rebalance(const char *bs, const char *topic, const char *group)
 	rd_kafka_topic_partition_list_add(tl, topic, RD_KAFKA_PARTITION_UA);
 	TEST_OK(rd_kafka_subscribe(rk, tl));
 	rd_kafka_topic_partition_list_destroy(tl);
-	double end = mfs_now_s() + 60;
+	double end = mfs_now_s() + test_seconds(60);
 	int assigned = 0;
 	while (!assigned && mfs_now_s() < end) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);

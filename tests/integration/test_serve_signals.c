@@ -11,7 +11,7 @@
 static long wait_log(const char *log, const char *s, double timeout_s)
 {
 	long n = 0;
-	for (double end = mfs_now_s() + timeout_s; (n = sh_log_count(log, s)) == 0 && mfs_now_s() < end;)
+	for (double end = mfs_now_s() + test_seconds(timeout_s); (n = sh_log_count(log, s)) == 0 && mfs_now_s() < end;)
 		nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 	return n;
 }

@@ -30,7 +30,7 @@ static void test_slow_writer(void)
 	TEST_ASSERT_MSG(port > 0, "no metrics port in %s", log);
 	/* the first scrape that shows every event applied (by the learner, not yet published) */
 	static char body[1 << 17];
-	double applied = -1, snapshots = -1, t_end = mfs_now_s() + 60;
+	double applied = -1, snapshots = -1, t_end = mfs_now_s() + test_seconds(60);
 	while (port > 0 && mfs_now_s() < t_end && waitpid(pid, NULL, WNOHANG) == 0) {
 		if (sh_http_get(port, "/metrics", body, sizeof body) == 200) {
 			applied = sh_metric(body, "mfstream_events_applied_total");
@@ -52,7 +52,7 @@ static void test_slow_writer(void)
 	                log);
 	/* /metrics follows the snapshots written after the last batch too (no batch to refresh it) */
 	double seq = -1, count = -1;
-	for (double t = mfs_now_s() + 10; port > 0 && mfs_now_s() < t && (seq != (double)s.seq || count != seq);) {
+	for (double t = mfs_now_s() + test_seconds(10); port > 0 && mfs_now_s() < t && (seq != (double)s.seq || count != seq);) {
 		if (sh_http_get(port, "/metrics", body, sizeof body) == 200) {
 			seq = sh_metric(body, "mfstream_snapshot_sequence");
 			count = sh_metric(body, "mfstream_snapshots_total");

@@ -198,7 +198,7 @@ int main(void)
 	mfs_snap_t *probe = NULL;
 	double t0 = mfs_now_s();
 	int rc;
-	while ((rc = mfs_snap_open(dir, &probe, err, sizeof err)) == MFS_ENOTFOUND && mfs_now_s() - t0 < 30) {
+	while ((rc = mfs_snap_open(dir, &probe, err, sizeof err)) == MFS_ENOTFOUND && mfs_now_s() - t0 < test_seconds(30)) {
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
@@ -219,7 +219,7 @@ int main(void)
 	for (;;) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			break;
-		if (mfs_now_s() - t0 > 120) {
+		if (mfs_now_s() - t0 > test_seconds(120)) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			TEST_ASSERT_MSG(0, "timed out");
