@@ -549,6 +549,9 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 		l->pq_rmse_last = pq;
 	l->meta.mu_count = l->m->mu_count;
 	l->meta.mu_sum = l->m->mu_sum;
+	for (int ent = 0; ent < 2; ent++)
+		for (int w = 0; w < 3; w++)
+			l->meta.freed[ent][w] = mfs_model_freed(l->m, ent, w);
 	l->meta.pq_rmse = l->pq_rmse_last;
 	l->meta.pq_n = pq_n;
 	l->meta.pq_window_rmse = mfs_preq_window_rmse(&l->pq, &l->meta.pq_window_n);
@@ -858,6 +861,9 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 			o->off.next = o->committed = l->loaded.offsets[j].next;
 		}
 		mfs_serve_meta_restore(&l->loaded, &l->meta);
+		for (int e = 0; e < 2; e++) /* the lifecycle's counters go on from the snapshot's */
+			for (int w = 0; w < 3; w++)
+				l->m->life[e]->freed[w] = l->meta.freed[e][w];
 		mfs_preq_resume(&l->pq, l->meta.pq_cumulative_rmse, l->meta.pq_cumulative_n);
 		l->mu_known = 1; /* the snapshot's mu, even one without mu_count (a train snapshot) */
 		mfs_info("serve", "msg=\"snapshot loaded\" dir=%s seq=%" PRIu64 " users=%u items=%u events_applied=%" PRIu64

@@ -6,6 +6,11 @@
 
 #include "snapshots/snap_format.h"
 
+const char *const mfs_meta_freed_key[2][3] = {
+	{"users_evicted", "users_expired", "users_deleted"},
+	{"items_evicted", "items_expired", "items_deleted"},
+};
+
 static void reject_key(char *buf, size_t size, int reason)
 {
 	snprintf(buf, size, "%s%s", MFS_META_REJECTED_PREFIX, mfs_reject_name(reason));
@@ -21,6 +26,9 @@ size_t mfs_serve_meta_records(const mfs_serve_meta_t *m, int with_pq, mfs_serve_
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_DIGEST, MFS_SNAP_T_U64, m->digest, 0};
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_REPLAYED, MFS_SNAP_T_U64, m->replayed, 0};
 	ex[nx++] = (mfs_snap_extra_t){MFS_META_DROPPED, MFS_SNAP_T_U64, m->dropped, 0};
+	for (int e = 0; e < 2; e++)
+		for (int w = 0; w < 3; w++)
+			ex[nx++] = (mfs_snap_extra_t){mfs_meta_freed_key[e][w], MFS_SNAP_T_U64, m->freed[e][w], 0};
 	if (with_pq && isfinite(m->pq_rmse)) {
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_RMSE, MFS_SNAP_T_F64, 0, m->pq_rmse};
 		ex[nx++] = (mfs_snap_extra_t){MFS_META_PQ_N, MFS_SNAP_T_U64, m->pq_n, 0};
@@ -61,6 +69,9 @@ void mfs_serve_meta_restore(const mfs_snap_loaded_t *ld, mfs_serve_meta_t *out)
 	out->digest = u64_of(ld, MFS_META_DIGEST);
 	out->replayed = u64_of(ld, MFS_META_REPLAYED);
 	out->dropped = u64_of(ld, MFS_META_DROPPED);
+	for (int e = 0; e < 2; e++)
+		for (int w = 0; w < 3; w++)
+			out->freed[e][w] = u64_of(ld, mfs_meta_freed_key[e][w]);
 	x = mfs_snap_loaded_extra(ld, MFS_META_PQ_CUM_RMSE);
 	out->pq_cumulative_n = u64_of(ld, MFS_META_PQ_CUM_N);
 	if (x && x->type == MFS_SNAP_T_F64 && out->pq_cumulative_n)

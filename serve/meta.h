@@ -21,6 +21,7 @@ typedef struct mfs_serve_meta {
 	uint64_t digest;    /* sum of mfs_event_digest() of every valid event */
 	uint64_t replayed;  /* replayed updates (serve.replay): repeats, not events */
 	uint64_t dropped;   /* valid events dropped: a new id found its table full (model.max_*) */
+	uint64_t freed[2][3]; /* ids freed [users, items][evicted, expired, deleted] (model_store/life.h) */
 	uint64_t rejected[MFS_REJ__COUNT];
 	double pq_rmse;     /* prequential RMSE since the previous snapshot (NaN: none) */
 	uint64_t pq_n;
@@ -31,8 +32,11 @@ typedef struct mfs_serve_meta {
 	double holdout_rmse, window_rmse; /* the last full pass (NaN: none) */
 } mfs_serve_meta_t;
 
+/** Meta keys of freed[e][w]: "users_evicted", ... "items_deleted" (u64). */
+extern const char *const mfs_meta_freed_key[2][3];
+
 /** The most records mfs_serve_meta_records writes. */
-#define MFS_SERVE_META_MAX (14 + MFS_REJ__COUNT)
+#define MFS_SERVE_META_MAX (20 + MFS_REJ__COUNT)
 
 /** Buffers that outlive a publish of the records (their keys point into names). */
 typedef struct mfs_serve_meta_buf {

@@ -383,6 +383,7 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 typedef struct sh_snap {
 	int found;
 	uint64_t events, seq, mu_count, held_out, digest;
+	uint64_t dropped; /* events_dropped: valid events a full table or admission kept out */
 	double mu_sum;
 	double pq_rmse, holdout_rmse, lr; /* NaN when absent */
 	int64_t off[SH_MAX_PARTS];
@@ -418,6 +419,8 @@ static int sh_meta_cb(void *ctx, const char *key, size_t kl, const unsigned char
 		memcpy(&s->mu_sum, &v, sizeof v);
 	} else if (strcmp(k, "events_held_out") == 0) {
 		s->held_out = v;
+	} else if (strcmp(k, "events_dropped") == 0) {
+		s->dropped = v;
 	} else if (strcmp(k, "events_digest") == 0) {
 		s->digest = v;
 	}
@@ -559,19 +562,23 @@ static void sh_topic_below(const sh_topic_t *t, const int64_t *off, uint64_t *n,
 		}
 }
 
-/* Check a snapshot against the topic: applied + held out == valid events below its offsets,
- * the digest and the rating sum behind mu match. @return 1 if consistent. */
+/* Check a snapshot against the topic: applied + held out + dropped == valid events below its
+ * offsets, and the digest of them matches; so do the count and rating sum behind mu, which
+ * leave dropped events out (with drops, only the count is checked: which ones were dropped is
+ * the model's decision, not the topic's). @return 1 if consistent. */
 static int sh_snap_consistent(const sh_topic_t *t, const sh_snap_t *s, int verbose)
 {
 	uint64_t n, dg;
 	double rs;
 	sh_topic_below(t, s->off, &n, &dg, &rs);
-	int ok = s->events + s->held_out == n && s->digest == dg && s->mu_count == n &&
-	         fabs(s->mu_sum - rs) <= 1e-9 * (fabs(rs) > 1 ? fabs(rs) : 1);
+	int ok = s->events + s->held_out + s->dropped == n && s->digest == dg && s->mu_count == n - s->dropped &&
+	         (s->dropped || fabs(s->mu_sum - rs) <= 1e-9 * (fabs(rs) > 1 ? fabs(rs) : 1));
 	if (!ok && verbose)
-		fprintf(stderr, "  snapshot seq %" PRIu64 ": applied %" PRIu64 " + held out %" PRIu64 " (mu_count %" PRIu64
+		fprintf(stderr, "  snapshot seq %" PRIu64 ": applied %" PRIu64 " + held out %" PRIu64 " + dropped %" PRIu64
+		        " (mu_count %" PRIu64
 		        ", digest %016" PRIx64 ", mu_sum %.1f) but its offsets cover %" PRIu64 " (digest %016" PRIx64
-		        ", sum %.1f)\n", s->seq, s->events, s->held_out, s->mu_count, s->digest, s->mu_sum, n, dg, rs);
+		        ", sum %.1f)\n", s->seq, s->events, s->held_out, s->dropped, s->mu_count, s->digest, s->mu_sum, n, dg,
+		        rs);
 	return ok;
 }
 

@@ -32,6 +32,8 @@ static int id_eq(const mfs_id_t *a, const mfs_id_t *b)
 		return 0;
 	if (a->kind == MFS_ID_U64)
 		return a->num == b->num;
+	if (a->kind == 0) /* a delete event's other id: none */
+		return 1;
 	return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
 }
 
