@@ -6,7 +6,11 @@
  *   p_u, q_i ~ N(0, s^2) per component, s = sqrt(signal_sd / sqrt(rank)), so that
  *              Var(p_u . q_i) = rank * s^4 = signal_sd^2
  *   r(u,i)   = clip(mean + b_u + b_i + p_u . q_i + N(0, noise^2), gen.min, gen.max)
- * written as a float (not rounded to a rating scale). Users are drawn with weight
+ * and with gen.drift_period T > 0 (tastes that drift) the user side turns: at the n-th rating
+ *   p_u(n)   = cos(phi) a_u + sin(phi) c_u,   phi = 2 pi (n / T + o_u)
+ * with a_u, c_u planted as p_u and o_u a uniform phase per user, so |p_u| keeps its law and
+ * E[p_u(n) . p_u(n + d)] falls as cos(2 pi d / T): an old estimate of a user goes stale.
+ * Each rating is written as a float (not rounded to a rating scale). Users are drawn with weight
  * (rank+1)^-user_skew and items with weight (rank+1)^-zipf, where "rank" is a position in
  * a seeded random permutation, so popular items are not ids 1, 2, 3, ...; exponent 0 is
  * uniform. Pairs (u, i) may repeat, each time with fresh noise.
@@ -136,6 +140,9 @@ struct mfs_synth {
 	double mean, noise, min, max;
 	synth_sampler_t su, si;
 	float *P, *Q, *bu, *bi;
+	float *C;      /* drift: the second planted vector c_u of each user (NULL without drift) */
+	float *phase;  /* drift: o_u */
+	double period; /* gen.drift_period (0: none) */
 	mfs_rng_t g;
 };
 
@@ -149,6 +156,8 @@ void mfs_synth_close(mfs_synth_t *s)
 	free(s->Q);
 	free(s->bu);
 	free(s->bi);
+	free(s->C);
+	free(s->phase);
 	free(s);
 }
 
@@ -194,6 +203,20 @@ int mfs_synth_open(const struct mfs_conf *c, mfs_synth_t **out, char *errstr, si
 		for (int k = 0; k < r; k++)
 			s->Q[i * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
 	}
+	if (c->gen_drift_period > 0) { /* a stream of its own (5), so the rest stays as without drift */
+		s->period = (double)c->gen_drift_period;
+		if (!(s->C = malloc(U * (size_t)r * sizeof *s->C)) || !(s->phase = malloc(U * sizeof *s->phase))) {
+			mfs_synth_close(s);
+			return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory for the drift of %llu users",
+			                (unsigned long long)U);
+		}
+		mfs_rng_seed(&g, mfs_mix64(seed, 5));
+		for (uint64_t u = 0; u < U; u++) {
+			s->phase[u] = (float)mfs_rng_uniform(&g);
+			for (int k = 0; k < r; k++)
+				s->C[u * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
+		}
+	}
 	mfs_rng_seed(&s->g, mfs_mix64(seed, 4));
 	*out = s;
 	return 0;
@@ -210,6 +233,14 @@ int mfs_synth_next(mfs_synth_t *s, uint64_t *u, uint64_t *i, float *rating, int6
 	double dot = 0;
 	for (int k = 0; k < rk; k++)
 		dot += (double)pu[k] * (double)qi[k];
+	if (s->C) { /* drift: cos(phi) a_u . q_i + sin(phi) c_u . q_i */
+		const float *cu = s->C + *u * (size_t)rk;
+		double dc = 0;
+		for (int k = 0; k < rk; k++)
+			dc += (double)cu[k] * (double)qi[k];
+		const double phi = 2.0 * M_PI * ((double)s->pos / s->period + (double)s->phase[*u]);
+		dot = cos(phi) * dot + sin(phi) * dc;
+	}
 	double x = s->mean + s->bu[*u] + s->bi[*i] + dot + s->noise * mfs_rng_normal(&s->g);
 	*rating = (float)(x < s->min ? s->min : x > s->max ? s->max : x);
 	*ts_ms = SYNTH_T0_MS + (int64_t)s->pos++;

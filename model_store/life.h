@@ -56,7 +56,8 @@ typedef struct mfs_life {
 
 /** Configure: ttl_s (0: rows never expire), evict (a full table, model.max_*, frees its least
  *  recently seen row for a new id; else the new id's event is dropped). Either turns on the
- *  per-row seen time and batch stamp. Call before rows exist or after a load. @return 0 or ENOMEM. */
+ *  per-row seen time and batch stamp. Call before rows exist or before a load.
+ *  @return 0 or ENOMEM. */
 int mfs_model_life(mfs_model_t *m, uint32_t ttl_s, int evict);
 /** Between batches: clock_s is the batch's event time (seconds; the clock never goes back).
  *  Deleted rows of the last batch become reusable; the expiry sweep takes its step. */

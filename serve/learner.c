@@ -91,6 +91,8 @@ struct mfs_learner {
 	int mu_known;        /* the model's mu means something before any event (a loaded snapshot's) */
 	mfs_window_t win, hwin;
 	mfs_replay_t rp; /* serve.replay: spare capacity spent on win */
+	uint32_t clock0; /* the model's event-time clock and events applied when replay first looked */
+	uint64_t events0;
 	double win_rmse, hold_rmse, last_loss;
 	mfs_lr_t lrc;
 	double lr_floor;
@@ -300,7 +302,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	/* the id lifecycle's clock and batch stamp (model_store/life.h) */
-	mfs_model_begin_batch(l->m, l->m->track ? batch_clock(b) : 0);
+	mfs_model_begin_batch(l->m, l->m->track || l->c->serve_replay_half_life_s > 0 ? batch_clock(b) : 0);
 	/* each side in event order: the same rows as event by event (the two maps are
 	 * independent), with the lookups' cache misses overlapped */
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
@@ -388,12 +390,26 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	return 0;
 }
 
+/* The replay's recency scale (serve/replay.h tau), in ratings: serve.replay_half_life_s of event
+ * time at the rate events have come in event time since the learner began (1 rating a second
+ * until the clock has moved). */
+static double replay_tau(mfs_learner_t *l)
+{
+	if (!l->clock0)
+		l->clock0 = l->m->clock_s, l->events0 = l->m->events_applied;
+	const double span = (double)(l->m->clock_s - l->clock0);
+	const double rate = span > 0 ? (double)(l->m->events_applied - l->events0) / span : 1.0;
+	return l->c->serve_replay_half_life_s * rate / M_LN2;
+}
+
 /* One chunk of replay (serve.replay): ratings sampled from the retained window go to the
  * engine like a batch; their rows join the next snapshot's, so a snapshot stays the whole
  * model at a batch boundary. No offset, counter of events, mean or score moves. */
 static int replay_chunk(mfs_learner_t *l)
 {
 	mfs_batch_t b;
+	if (l->c->serve_replay_half_life_s > 0) /* forgetting: its half-life in ratings at the stream's event rate */
+		l->rp.tau = replay_tau(l);
 	int rc = mfs_replay_next(&l->rp, &l->win, &b);
 	if (rc)
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");

@@ -57,10 +57,21 @@ int mfs_replay_next(mfs_replay_t *rp, mfs_window_t *w, mfs_batch_t *out)
 	if (mfs_grow((void **)&rp->at, &rp->cap_at, runs, sizeof *rp->at))
 		return ENOMEM;
 	size_t nr = 0;
+	const double span = (double)(w->n - len + 1); /* run starts, or ages of a run's oldest slot */
+	const double tail = rp->tau > 0 ? 1.0 - exp(-span / rp->tau) : 0;
 	for (size_t got = 0; got < n; nr++) {
 		const size_t run = n - got < len ? n - got : len;
-		/* a run that starts in the last run-1 slots would wrap: starts are drawn so it cannot */
-		rp->at[nr] = (size_t)(mfs_rng_next(&rp->rng) % (uint64_t)(w->n - run + 1));
+		if (rp->tau > 0) { /* by age: truncated exponential; then the ring slot of that age */
+			size_t age = (size_t)(-rp->tau * log1p(-mfs_rng_uniform(&rp->rng) * tail)) + run - 1;
+			if (age > w->n - 1)
+				age = w->n - 1;
+			const size_t newest = w->n < w->cap ? w->n - 1 : (w->pos + w->cap - 1) % w->cap;
+			size_t j = (newest + w->n - age) % w->n;
+			rp->at[nr] = j + run > w->n ? w->n - run : j;
+		} else {
+			/* a run that starts in the last run-1 slots would wrap: starts are drawn so it cannot */
+			rp->at[nr] = (size_t)(mfs_rng_next(&rp->rng) % (uint64_t)(w->n - run + 1));
+		}
 		got += run;
 	}
 	size_t got = 0, kept = 0;

@@ -8,6 +8,9 @@
  * applied, not a new event: offsets, events_applied, the running mean and the prequential
  * scores do not move; the rows it changes are written by the next snapshot like any others.
  *
+ * With tau > 0 (forgetting, serve.replay_half_life_s) a run's place is drawn by its age instead, the
+ * newest ratings likelier, density ~ e^(-age / tau): old evidence is replayed less.
+ *
  * The learning rate of a chunk is the stream's times 1 / (1 + beta c^1.5), c = 1 + the mean
  * number of times its ratings were replayed before: `train`'s decay schedule (lr.beta) with
  * the passes counted per rating, so a rating's repeats take smaller and smaller steps as an
@@ -33,6 +36,8 @@ typedef struct mfs_replay {
 	double debt;      /* updates owed */
 	double debt_cap;
 	size_t chunk;     /* at most this many per chunk */
+	double tau;       /* recency: runs are drawn at an age (ratings back from the newest) with
+	                     density ~ e^(-age / tau), truncated to the window; 0: uniformly */
 	uint64_t replayed;
 	mfs_rng_t rng;
 	uint32_t *u, *i;

@@ -13,6 +13,22 @@ check() { # check "what" command...
 	if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
 }
 
+# drift (gen.drift_period): 0 is the stream without the key; on, the same users, items and
+# timestamps with other ratings; one user and one item without noise or biases rate along a
+# sinusoid of the period: half a period later, the opposite
+"$BIN" gen --n 5000 --seed 3 --gen.drift_period 0 --output "$T/d0.tsv" 2>/dev/null
+"$BIN" gen --n 5000 --seed 3 --gen.drift_period 2000 --output "$T/d1.tsv" 2>/dev/null
+"$BIN" gen --n 5000 --seed 3 --output "$T/nd.tsv" 2>/dev/null
+check "drift 0 is no drift" cmp -s "$T/d0.tsv" "$T/nd.tsv"
+check "drift keeps users, items, times" cmp -s <(cut -f1,2,4 "$T/d1.tsv") <(cut -f1,2,4 "$T/nd.tsv")
+check "drift changes ratings" bash -c "! cmp -s '$T/d1.tsv' '$T/nd.tsv'"
+"$BIN" gen --n 1000 --users 1 --items 1 --noise 0 --gen.bias_sd 0 --mean 0 --min -100 --max 100 \
+	--gen.drift_period 1000 --output "$T/sine.tsv" 2>/dev/null
+check "drift turns a full circle per period" awk -F'\t' '{ r[NR - 1] = $3 } END {
+	for (n = 0; n < 500; n++) { d = r[n] + r[n + 500]; if (d > 1e-5 || d < -1e-5) bad = 1 }
+	for (n = 0; n < 1000; n++) if (r[n] > 0.05) pos = 1; else if (r[n] < -0.05) neg = 1
+	exit bad || !pos || !neg }' "$T/sine.tsv"
+
 # determinism and counts
 "$BIN" gen --n 5000 --seed 3 --output "$T/a.tsv" 2>"$T/a.log"
 "$BIN" gen --n 5000 --seed 3 --output "$T/b.tsv" 2>/dev/null

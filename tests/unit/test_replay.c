@@ -135,10 +135,41 @@ static void test_lr_scale(void)
 	mfs_window_free(&w);
 }
 
+/* Recency (tau > 0): runs are drawn by age, e^(-age / tau), in a ring that has wrapped: the
+ * replayed users (= arrival numbers) sit near the newest, with the spread tau gives. */
+static void test_recency(void)
+{
+	mfs_window_t w = {.cap = 10000};
+	window_fill(&w, 0, 25000); /* wrapped: holds 15000 .. 24999, newest 24999 */
+	mfs_replay_t rp;
+	mfs_replay_init(&rp, 1, w.cap, 4096, 0, 3);
+	rp.tau = 500;
+	double sum_age = 0;
+	size_t n = 0, old = 0;
+	for (int c = 0; c < 20; c++) {
+		mfs_replay_credit(&rp, 4096);
+		mfs_batch_t b;
+		TEST_OK(mfs_replay_next(&rp, &w, &b));
+		for (size_t j = 0; j < b.n; j++) {
+			TEST_ASSERT(b.u[j] >= 15000 && b.u[j] <= 24999);
+			sum_age += 24999.0 - b.u[j];
+			old += b.u[j] < 24999 - 5000;
+			n++;
+		}
+	}
+	const double mean_age = sum_age / (double)n;
+	fprintf(stderr, "  tau 500: mean age %.0f ratings, %zu of %zu older than 5000\n", mean_age, old, n);
+	TEST_ASSERT_MSG(mean_age > 400 && mean_age < 700, "mean age %.0f", mean_age); /* tau + half a run */
+	TEST_ASSERT(old < n / 1000);
+	mfs_replay_free(&rp);
+	mfs_window_free(&w);
+}
+
 int main(void)
 {
 	TEST_RUN(test_budget);
 	TEST_RUN(test_samples_are_held_ratings);
 	TEST_RUN(test_lr_scale);
+	TEST_RUN(test_recency);
 	return TEST_REPORT();
 }
