@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <ini.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -279,13 +281,83 @@ int mfs_conf_get(const mfs_conf_t *c, const char *key, char *buf, size_t size)
 }
 
 /* ---- config file ------------------------------------------------------------------- */
+/* libinih reads each line into a buffer of INI_MAX_LINE (200) bytes and parses what does not
+ * fit as a line of its own: a long comment was a syntax error blamed on the line after it, and
+ * a long value was cut short without a word. So libinih gets its lines from conf_read_line,
+ * which reads each whole line with getline: a blank or comment line of any length reaches
+ * libinih as an empty line (line numbers stay right); a key = value line of up to
+ * CONF_LINE_MAX bytes goes through whole, in pieces, into a heap buffer that libinih grows
+ * (Debian's libinih makes INI_USE_STACK, INI_ALLOW_REALLOC and INI_MAX_LINE the variables
+ * ini_use_stack, ini_allow_realloc and ini_max_line; conf_inih_setup sets them once); a longer
+ * one is an error naming its file and line. */
+#define CONF_LINE_MAX (64 * 1024)
+
 struct ini_ctx {
 	mfs_conf_t *c;
 	const char *path;
 	char *errstr;
 	size_t es;
 	int rc;
+	FILE *f;
+	char *line;      /* the current line, from getline */
+	size_t line_cap;
+	size_t len, off; /* its length, and how much of it libinih has taken */
+	int lineno;
+	size_t too_long; /* the length of line `lineno` when it is over CONF_LINE_MAX, else 0 */
+	int read_errno;
 };
+
+static pthread_once_t conf_inih_once = PTHREAD_ONCE_INIT;
+
+static void conf_inih_setup(void)
+{
+	ini_use_stack = false;
+	ini_allow_realloc = true;
+	ini_max_line = CONF_LINE_MAX + 3; /* the line, '\r', '\n' and '\0' (ini.h) */
+}
+
+/* libinih's fgets-style reader: the next piece of the current line (at most num - 1 bytes),
+ * or the next line once it has taken the whole of this one. NULL at the end of the file, on a
+ * read error and on a line over CONF_LINE_MAX (both noted in x for the caller). */
+static char *conf_read_line(char *str, int num, void *stream)
+{
+	struct ini_ctx *x = stream;
+	if (num < 2)
+		return NULL;
+	if (x->off == x->len) {
+		errno = 0;
+		ssize_t n = getline(&x->line, &x->line_cap, x->f);
+		if (n < 0) {
+			if (ferror(x->f))
+				x->read_errno = errno ? errno : EIO;
+			return NULL;
+		}
+		x->lineno++;
+		x->len = strlen(x->line); /* a NUL byte ends the line, as it would for fgets */
+		x->off = 0;
+		const char *p = x->line;
+		if (x->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0) /* a UTF-8 BOM */
+			p += 3;
+		p += strspn(p, " \t\r\n\v\f");
+		if (*p == '\0' || *p == ';' || *p == '#') { /* blank or a comment, of any length */
+			x->off = x->len;
+			str[0] = '\n';
+			str[1] = '\0';
+			return str;
+		}
+		if (x->len > CONF_LINE_MAX) {
+			x->too_long = x->len;
+			return NULL;
+		}
+	}
+	size_t take = x->len - x->off;
+	if (take > (size_t)num - 1)
+		take = (size_t)num - 1;
+	memcpy(str, x->line + x->off, take);
+	str[take] = '\0';
+	x->off += take;
+	return str;
+}
 
 static int ini_cb(void *user, const char *section, const char *name, const char *value)
 {
@@ -307,16 +379,19 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 
 int mfs_conf_load_file(mfs_conf_t *c, const char *path, char *errstr, size_t es)
 {
-	struct ini_ctx x = {c, path, errstr, es, 0};
+	struct ini_ctx x = {.c = c, .path = path, .errstr = errstr, .es = es};
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) /* it would open and read as empty */
 		return mfs_errf(errstr, es, MFS_ECONFIG, "config file %s is a directory", path);
-	int line = ini_parse(path, ini_cb, &x);
-	if (line == -1)
+	if (!(x.f = fopen(path, "r")))
 		return mfs_errf(errstr, es, MFS_ECONFIG, "cannot open config file %s: %s", path, strerror(errno));
+	pthread_once(&conf_inih_once, conf_inih_setup);
+	int line = ini_parse_stream(conf_read_line, &x, ini_cb, &x);
+	fclose(x.f);
+	free(x.line);
 	if (line == -2)
 		return mfs_errf(errstr, es, ENOMEM, "out of memory reading %s", path);
-	if (line > 0) {
+	if (line > 0) { /* the first error: it comes before the line that stopped the reading */
 		if (x.rc) {
 			char tmp[512];
 			snprintf(tmp, sizeof tmp, "%s", errstr ? errstr : "");
@@ -325,6 +400,12 @@ int mfs_conf_load_file(mfs_conf_t *c, const char *path, char *errstr, size_t es)
 		return mfs_errf(errstr, es, MFS_ECONFIG, "%s:%d: syntax error (expected [section] or key = value)", path,
 		                line);
 	}
+	if (x.too_long)
+		return mfs_errf(errstr, es, MFS_ECONFIG,
+		                "%s:%d: line of %zu bytes: a [section] or key = value line may have at most %d "
+		                "(a comment line any length)", path, x.lineno, x.too_long, CONF_LINE_MAX);
+	if (x.read_errno)
+		return mfs_errf(errstr, es, x.read_errno, "reading config file %s: %s", path, strerror(x.read_errno));
 	free(c->config_path);
 	c->config_path = xstrdup(path);
 	return 0;
@@ -465,6 +546,10 @@ void mfs_conf_dump(const mfs_conf_t *c, FILE *f)
 	for (size_t i = 0; i < MFS_ARRAY_LEN(props); i++) {
 		if (props[i].flags & MFS_P_HIDDEN)
 			continue;
+		if (props[i].type == PT_STR) { /* whole: a value may be longer than buf */
+			fprintf(f, "%s = %s\n", props[i].key, *(char *const *)(const void *)((const char *)c + props[i].off));
+			continue;
+		}
 		mfs_conf_get(c, props[i].key, buf, sizeof buf);
 		fprintf(f, "%s = %s\n", props[i].key, buf);
 	}

@@ -40,7 +40,10 @@ int mfs_conf_init(mfs_conf_t *c);
 void mfs_conf_free(mfs_conf_t *c);
 /** Set one key from its text value. @return 0 or MFS_ECONFIG (errstr names key and range). */
 int mfs_conf_set(mfs_conf_t *c, const char *key, const char *value, char *errstr, size_t errstr_size);
-/** Read an INI file: "[sgd]\nlr = 0.02" sets sgd.lr; keys before any section are full names. */
+/** Read an INI file: "[sgd]\nlr = 0.02" sets sgd.lr; keys before any section are full names.
+ *  Blank and comment lines may be any length; a [section] or key = value line up to 64 KiB.
+ *  @return 0; MFS_ECONFIG (errstr names the file, the line and the key or the fault); ENOMEM;
+ *  or the errno of a read error. */
 int mfs_conf_load_file(mfs_conf_t *c, const char *path, char *errstr, size_t errstr_size);
 /** Apply MFSTREAM_* variables of envp (NULL-terminated): MFSTREAM_SGD_LR -> sgd.lr,
  *  MFSTREAM_KAFKA_BOOTSTRAP_SERVERS -> kafka.bootstrap.servers. MFSTREAM_CONFIG is the file. */

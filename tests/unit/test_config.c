@@ -186,6 +186,123 @@ static void test_dump_roundtrip(void)
 	mfs_conf_free(&b);
 }
 
+/* The shipped config/mfstream.conf.example loads as it is, and with every ";key = value" line
+ * uncommented (each default it shows is a value the key takes). Its comment lines run past
+ * libinih's 200 bytes. */
+static void test_example_loads(void)
+{
+	const char *src = getenv("MFS_SRC_DIR");
+	char path[1024], on[1024];
+	snprintf(path, sizeof path, "%s/config/mfstream.conf.example", src && *src ? src : ".");
+	static char text[1 << 17], out[1 << 17];
+	TEST_ASSERT_MSG(test_slurp(path, text, sizeof text) == 0, "cannot read %s", path);
+	size_t longest = 0, o = 0;
+	for (const char *l = text; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != '\0')) {
+		size_t len = strcspn(l, "\n");
+		longest = len > longest ? len : longest;
+		if (*l == ';') /* uncomment */
+			l++, len--;
+		TEST_ASSERT(o + len + 1 < sizeof out);
+		memcpy(out + o, l, len);
+		o += len;
+		out[o++] = '\n';
+	}
+	TEST_ASSERT_MSG(longest > 200, "the example's longest line is %zu bytes: this test no longer covers long lines",
+	                longest);
+	mfs_conf_t c;
+	TEST_OK(mfs_conf_init(&c));
+	int rc = mfs_conf_load_file(&c, path, errstr, sizeof errstr);
+	TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+	snprintf(on, sizeof on, "%s/uncommented.conf", test_tmpdir());
+	TEST_OK(test_write_file(on, out, o));
+	rc = mfs_conf_load_file(&c, on, errstr, sizeof errstr);
+	TEST_ASSERT_MSG(rc == 0, "%s (the example with every key uncommented)", errstr);
+	TEST_EQ_INT(c.model_k, 128);
+	char buf[256];
+	TEST_OK(mfs_conf_get(&c, "kafka.bootstrap.servers", buf, sizeof buf));
+	TEST_STR_EQ(buf, "localhost:9092");
+	mfs_conf_free(&c);
+}
+
+/* Lines of any length: a comment of 1000 bytes (and one of 100 KB), a value of 5000 bytes with
+ * an inline comment after it, a line exactly at the limit; a key = value line past the limit
+ * (64 KiB) is an error naming the file and its line, and the line numbers of later errors are
+ * right. */
+static void test_long_lines(void)
+{
+	const size_t max = 64 * 1024;
+	char *big = malloc(2 * max + 4096);
+	TEST_ASSERT(big != NULL);
+	if (!big)
+		return;
+	const char *dir = test_tmpdir();
+	char path[512];
+	snprintf(path, sizeof path, "%s/long.conf", dir);
+	mfs_conf_t c;
+	TEST_OK(mfs_conf_init(&c));
+
+	size_t o = 0;
+	o += (size_t)sprintf(big + o, "# ");
+	memset(big + o, 'c', 1000), o += 1000;
+	o += (size_t)sprintf(big + o, "\n[snapshot]\n  ; ");
+	memset(big + o, 'd', 100000), o += 100000;
+	o += (size_t)sprintf(big + o, "\ndir = /tmp/");
+	memset(big + o, 'v', 5000), o += 5000;
+	o += (size_t)sprintf(big + o, "   ; an inline comment\n[sgd]\nlr = 0.05\n");
+	TEST_OK(test_write_file(path, big, o));
+	int rc = mfs_conf_load_file(&c, path, errstr, sizeof errstr);
+	TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+	TEST_ASSERT_MSG(strlen(c.snapshot_dir) == 5 + 5000 && strncmp(c.snapshot_dir, "/tmp/", 5) == 0 &&
+	                strspn(c.snapshot_dir + 5, "v") == 5000, "snapshot.dir of %zu bytes", strlen(c.snapshot_dir));
+	TEST_NEAR(c.sgd_lr, 0.05, 0);
+	/* the dump keeps the long value whole, and loads back */
+	char dump[512];
+	snprintf(dump, sizeof dump, "%s/dump.conf", dir);
+	FILE *f = fopen(dump, "w");
+	TEST_ASSERT(f != NULL);
+	if (f) {
+		mfs_conf_dump(&c, f);
+		fclose(f);
+		mfs_conf_t d;
+		TEST_OK(mfs_conf_init(&d));
+		rc = mfs_conf_load_file(&d, dump, errstr, sizeof errstr);
+		TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+		TEST_STR_EQ(d.snapshot_dir, c.snapshot_dir);
+		mfs_conf_free(&d);
+	}
+
+	/* a later error still names its own line (a long comment once shifted it by one) */
+	o = 0;
+	o += (size_t)sprintf(big + o, "[sgd]\n#");
+	memset(big + o, 'x', 1000), o += 1000;
+	o += (size_t)sprintf(big + o, "\nlr = 0.1\nbogus = 1\n");
+	TEST_OK(test_write_file(path, big, o));
+	TEST_EQ_INT(mfs_conf_load_file(&c, path, errstr, sizeof errstr), MFS_ECONFIG);
+	TEST_ASSERT_MSG(strstr(errstr, "sgd.bogus") && strstr(errstr, "(line 4)"), "%s", errstr);
+
+	/* at the limit (max bytes with its newline) it loads; one byte more is an error on line 3 */
+	for (int over = 0; over <= 1; over++) {
+		o = 0;
+		o += (size_t)sprintf(big + o, "[snapshot]\n# x\ndir = ");
+		size_t n = max - strlen("dir = ") - 1 + (size_t)over;
+		memset(big + o, 'w', n), o += n;
+		big[o++] = '\n';
+		o += (size_t)sprintf(big + o, "[sgd]\nlr = 0.07\n");
+		TEST_OK(test_write_file(path, big, o));
+		rc = mfs_conf_load_file(&c, path, errstr, sizeof errstr);
+		if (!over) {
+			TEST_ASSERT_MSG(rc == 0, "%s", errstr);
+			TEST_EQ_INT(strlen(c.snapshot_dir), n);
+			TEST_NEAR(c.sgd_lr, 0.07, 0);
+		} else {
+			TEST_EQ_INT(rc, MFS_ECONFIG);
+			TEST_ASSERT_MSG(strstr(errstr, "long.conf:3:") && strstr(errstr, "65536"), "%s", errstr);
+		}
+	}
+	mfs_conf_free(&c);
+	free(big);
+}
+
 int main(void)
 {
 	TEST_RUN(test_defaults_and_set);
@@ -194,5 +311,7 @@ int main(void)
 	TEST_RUN(test_precedence);
 	TEST_RUN(test_load_errors);
 	TEST_RUN(test_dump_roundtrip);
+	TEST_RUN(test_example_loads);
+	TEST_RUN(test_long_lines);
 	return TEST_REPORT();
 }
