@@ -8,7 +8,14 @@
  * the training file (train.validation_fraction), never at the test; the test (a file, read
  * only after training, or the share held out of the input) is scored once, at the end, on the
  * model kept.
+ *
+ * The snapshot directory is checked and its writer opened before the data is read, so no
+ * epoch runs for a model that cannot be published: a directory that holds a snapshot is
+ * refused unless snapshot.mode says replace or append, as is one whose snapshot has another
+ * k (readers size their buffers by it) or one that cannot be written. The writer's lock is
+ * held from then on, so no other writer can take the directory while the epochs run.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,9 +42,12 @@ static const mfs_conf_alias_t train_aliases[] = {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: mfstream train --input FILE [--test FILE] --snapshot DIR [--k N] [--epochs N]\n"
-	           "                      [--lr X] [--engine auto|cpu|cuda] [--threads N] [--key value ...]\n"
+	           "                      [--lr X] [--engine auto|cpu|cuda] [--threads N]\n"
+	           "                      [--snapshot.mode new|replace|append] [--key value ...]\n"
 	           "Trains on FILE (tsv, dat, csv or bin; plain, .gz or .zst), early-stopping on a validation\n"
 	           "split of it, scores the test once at the end and publishes the model kept to DIR.\n"
+	           "A DIR that holds a snapshot already is refused unless --snapshot.mode is replace (the new\n"
+	           "model takes its place) or append (the new rows are written over the old ones).\n"
 	           "Every train.* / model.* / sgd.* key: mfstream config --doc.\n");
 }
 
@@ -116,6 +126,77 @@ static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, c
 	return rc;
 }
 
+enum { SNAP_MODE_NEW, SNAP_MODE_REPLACE, SNAP_MODE_APPEND }; /* snapshot.mode */
+
+/* What an environment's writer leaves in its directory; anything else is someone's file. */
+static int snap_own_file(const char *name)
+{
+	return !strcmp(name, "data.mdb") || !strcmp(name, "lock.mdb") || !strcmp(name, "writer.lock");
+}
+
+/* Check snapshot.dir against snapshot.mode and open its writer, before any data is read.
+ * Prints why not and returns -1 (exit 2) when the directory cannot take this model: it cannot
+ * be written, or it is not empty (a snapshot, or files of another program) and the mode is
+ * new, or its snapshot's k is not model.k. */
+static int snap_open_checked(const mfs_conf_t *c, mfs_snap_writer_t **w)
+{
+	const char *dir = c->snapshot_dir;
+	char err[1024] = "", other[300] = "";
+	DIR *d = opendir(dir);
+	if (!d && errno != ENOENT) {
+		fprintf(stderr, "mfstream train: snapshot directory %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	if (d) {
+		for (struct dirent *de; !*other && (de = readdir(d));)
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !snap_own_file(de->d_name))
+				snprintf(other, sizeof other, "%s", de->d_name);
+		closedir(d);
+		if (access(dir, W_OK) != 0) {
+			fprintf(stderr, "mfstream train: snapshot directory %s is not writable: %s\n", dir, strerror(errno));
+			return -1;
+		}
+	}
+	if (*other && c->snapshot_mode == SNAP_MODE_NEW) {
+		fprintf(stderr, "mfstream train: snapshot directory %s is not empty (it holds \"%s\"): use a new or empty "
+		                "directory, or say --snapshot.mode replace or append to write into it anyway\n", dir, other);
+		return -1;
+	}
+	int rc = mfs_snap_writer_open_sync(dir, (size_t)c->snapshot_map_size, (mfs_snap_sync_t)c->snapshot_sync, w, err,
+	                                   sizeof err);
+	mfs_snap_existing_t ex;
+	if (!rc)
+		rc = mfs_snap_writer_existing(*w, &ex, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "mfstream train: snapshot: %s\n", *err ? err : mfs_strerror(rc));
+		goto refuse;
+	}
+	if (!ex.seq)
+		return 0;
+	if (c->snapshot_mode == SNAP_MODE_NEW) {
+		fprintf(stderr, "mfstream train: snapshot directory %s holds a snapshot already (seq %llu, k=%u, %llu users, "
+		                "%llu items); training into it would mix the two models. Say --snapshot.mode replace to "
+		                "publish the new model in its place, --snapshot.mode append to write the new rows over the "
+		                "old ones, or use another directory\n",
+		        dir, (unsigned long long)ex.seq, ex.k, (unsigned long long)ex.n_users, (unsigned long long)ex.n_items);
+		goto refuse;
+	}
+	if ((int64_t)ex.k != c->model_k) { /* readers size their buffers by k: it never changes in a directory */
+		fprintf(stderr, "mfstream train: --snapshot.mode %s: the snapshot in %s has k=%u, this model k=%lld; "
+		                "say --k %u, or use another directory (k never changes in place)\n",
+		        c->snapshot_mode == SNAP_MODE_REPLACE ? "replace" : "append", dir, ex.k, (long long)c->model_k, ex.k);
+		goto refuse;
+	}
+	mfs_info("train", "msg=\"%s the snapshot in the directory\" dir=%s seq=%llu k=%u users=%llu items=%llu",
+	         c->snapshot_mode == SNAP_MODE_REPLACE ? "replacing" : "appending to", dir, (unsigned long long)ex.seq, ex.k,
+	         (unsigned long long)ex.n_users, (unsigned long long)ex.n_items);
+	return 0;
+refuse:
+	mfs_snap_writer_close(*w);
+	*w = NULL;
+	return -1;
+}
+
 int mfs_cmd_train(int argc, char **argv)
 {
 	for (int k = 1; k < argc; k++)
@@ -146,6 +227,10 @@ int mfs_cmd_train(int argc, char **argv)
 	if (c.rating_min >= c.rating_max) {
 		fprintf(stderr, "mfstream train: rating.min (%g) must be below rating.max (%g)\n", c.rating_min,
 		        c.rating_max);
+		exit_code = 2;
+		goto out;
+	}
+	if (*c.snapshot_dir && snap_open_checked(&c, &w)) {
 		exit_code = 2;
 		goto out;
 	}
@@ -289,22 +374,24 @@ int mfs_cmd_train(int argc, char **argv)
 	fflush(stdout);
 
 	/* snapshots */
-	if (*c.snapshot_dir) {
-		if ((rc = mfs_snap_writer_open_sync(c.snapshot_dir, (size_t)c.snapshot_map_size,
-		                                    (mfs_snap_sync_t)c.snapshot_sync, &w, err, sizeof err))) {
-			fprintf(stderr, "mfstream train: snapshot: %s\n", *err ? err : mfs_strerror(rc));
-			goto out;
-		}
+	if (w) {
 		mfs_snap_info_t info = {.learning_rate = hp.lr, .last_loss = last_train, .rating_min = c.rating_min,
-		                        .rating_max = c.rating_max};
+		                        .rating_max = c.rating_max, .replace = c.snapshot_mode == SNAP_MODE_REPLACE};
 		uint64_t seq = 0;
 		double t0 = mfs_now_s();
 		if ((rc = mfs_snap_publish(w, m, &info, &seq, err, sizeof err))) {
 			fprintf(stderr, "mfstream train: snapshot: %s\n", *err ? err : mfs_strerror(rc));
 			goto out;
 		}
-		printf("published snapshot seq=%llu to %s (%u users, %u items, %.2f s)\n", (unsigned long long)seq,
-		       c.snapshot_dir, m->n_users, m->n_items, mfs_now_s() - t0);
+		double dt = mfs_now_s() - t0;
+		mfs_snap_existing_t now;
+		if (c.snapshot_mode == SNAP_MODE_APPEND && mfs_snap_writer_existing(w, &now, err, sizeof err) == 0)
+			printf("published snapshot seq=%llu to %s (%u users, %u items written; it holds %llu users, %llu items, "
+			       "%.2f s)\n", (unsigned long long)seq, c.snapshot_dir, m->n_users, m->n_items,
+			       (unsigned long long)now.n_users, (unsigned long long)now.n_items, dt);
+		else
+			printf("published snapshot seq=%llu to %s (%u users, %u items, %.2f s)\n", (unsigned long long)seq,
+			       c.snapshot_dir, m->n_users, m->n_items, dt);
 	} else {
 		printf("no snapshot.dir given: the model was not published\n");
 	}

@@ -32,7 +32,10 @@
  * mode because the page cache outlives it. Measured in docs/BENCHMARKS.md.
  *
  * n_users / n_items in meta are the number of rows in the users / items DB after the
- * commit (a partial publish leaves the rows it does not name as they were).
+ * commit (a partial publish leaves the rows it does not name as they were). A replacing
+ * publish (info->replace, `mfstream train --snapshot.mode replace`) empties the users, items
+ * and meta DBs inside its txn, after reading seq, before writing anything: the commit swaps
+ * the whole old model for the new one.
  */
 #include "snapshots/snap_writer.h"
 
@@ -347,6 +350,37 @@ fail:
 		mdb_txn_abort(txn);
 	mfs_snap_writer_close(w);
 	return rc;
+}
+
+int mfs_snap_writer_existing(mfs_snap_writer_t *w, mfs_snap_existing_t *out, char *errstr, size_t es)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {strlen(MFS_META_SEQ), (void *)(uintptr_t)MFS_META_SEQ}, v;
+	MDB_stat su, si;
+	uint32_t kk = 0;
+	int rc, found = 0;
+	if (!w || !out)
+		return mfs_errf(errstr, es, MFS_EINVAL, "mfs_snap_writer_existing: NULL argument");
+	memset(out, 0, sizeof *out);
+	if ((rc = mdb_txn_begin(w->sw_env, NULL, MDB_RDONLY, &txn)))
+		return lmdb_fail(w, rc, "txn_begin", errstr, es);
+	rc = mdb_get(txn, w->sw_meta, &k, &v);
+	if (rc == 0 && v.mv_size != 8)
+		rc = MFS_EFORMAT;
+	else if (rc == 0)
+		out->seq = mfs_snap_get_u64(v.mv_data);
+	else if (rc == MDB_NOTFOUND)
+		rc = 0;
+	if (!rc && out->seq && !(rc = get_meta_u32(txn, w->sw_meta, MFS_META_K, &kk, &found)))
+		out->k = found ? kk : 0;
+	if (!rc && !(rc = mdb_stat(txn, w->sw_users, &su)) && !(rc = mdb_stat(txn, w->sw_items, &si))) {
+		out->n_users = su.ms_entries;
+		out->n_items = si.ms_entries;
+	}
+	mdb_txn_abort(txn);
+	if (rc == MFS_EFORMAT)
+		return mfs_errf(errstr, es, rc, "%s: malformed %s or %s record", w->sw_dir, MFS_META_SEQ, MFS_META_K);
+	return rc ? lmdb_fail(w, rc, "read", errstr, es) : 0;
 }
 
 /* ---- validation and row lists ---------------------------------------------------------------- */
@@ -769,7 +803,9 @@ static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errst
 }
 
 /* Everything inside one write txn. LMDB codes come back as is (MDB_MAP_FULL is retried by
- * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. */
+ * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. A replacing
+ * publish checks k and reads seq like any other, then empties the three DBs (mdb_drop with
+ * del = 0 keeps the handles) before it writes: seq still grows. */
 static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
                        uint64_t *seq_out, uint64_t *n_users, uint64_t *n_items, char *errstr, size_t es)
 {
@@ -796,6 +832,9 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_
 	else if (rc == 0)
 		return mfs_errf(errstr, es, MFS_EFORMAT, "malformed %s record", MFS_META_SEQ);
 	else if (rc != MDB_NOTFOUND)
+		return rc;
+	if (info->replace && ((rc = mdb_drop(txn, w->sw_users, 0)) || (rc = mdb_drop(txn, w->sw_items, 0)) ||
+	                      (rc = mdb_drop(txn, w->sw_meta, 0))))
 		return rc;
 
 	if ((rc = delete_rows(txn, w->sw_users, w->sw_seen[0], &m->side[0])) ||

@@ -39,6 +39,11 @@ typedef struct mfs_snap_info {
 	/* optional extra meta records, written in the same txn (NULL / 0: none) */
 	const mfs_snap_extra_t *extra;
 	size_t n_extra;
+	/* 1: this snapshot replaces what the environment holds: the users, items and meta
+	 * records are emptied first, in the same txn, so readers see the old model or this one,
+	 * never a mix; seq goes on from the old one. k must still match: readers size their
+	 * buffers by it (mfs_snap_user's vec), so it never changes in a directory */
+	int replace;
 } mfs_snap_info_t;
 
 /** When a commit reaches the disk (config key snapshot.sync). */
@@ -55,6 +60,16 @@ int mfs_snap_writer_open(const char *dir, size_t map_size, mfs_snap_writer_t **o
 /** Open with a sync mode. */
 int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t sync, mfs_snap_writer_t **out,
                               char *errstr, size_t errstr_size);
+/** What the environment holds already (`mfstream train` checks it before any epoch). */
+typedef struct mfs_snap_existing {
+	uint64_t seq;             /* 0: nothing published yet */
+	uint32_t k;               /* 0 when seq is 0 */
+	uint64_t n_users, n_items; /* rows in the users and items DBs */
+} mfs_snap_existing_t;
+
+/** Read what the writer's environment holds, in a read txn. @return 0, MFS_EFORMAT (a
+ *  malformed seq or k record), MFS_ELMDB or an errno; errstr names the directory. */
+int mfs_snap_writer_existing(mfs_snap_writer_t *w, mfs_snap_existing_t *out, char *errstr, size_t errstr_size);
 /** Close; in the meta and none modes the environment is flushed first (a clean stop is durable). */
 void mfs_snap_writer_close(mfs_snap_writer_t *w);
 /** Publish; on success *seq (if not NULL) is the new snapshot's sequence number.

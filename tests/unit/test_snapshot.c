@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "model_store/store.h"
 #include "snapshots/reader/mfs_snap.h"
@@ -354,6 +355,79 @@ static void test_one_writer(void)
 	mfs_snap_writer_close(w2);
 }
 
+/* A replacing publish (`mfstream train --snapshot.mode replace`): the old rows, meta and
+ * offsets are gone, seq goes on, and k must still match; mfs_snap_writer_existing says what
+ * the directory holds. A replace that fails at its commit leaves the old snapshot whole:
+ * readers see the old model or the new one, never a mix. */
+static void test_replace(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_model_t *m16 = model_new(16), *m8 = model_new(8), *mb = model_new(16);
+	for (uint64_t i = 0; i < 100; i++)
+		add_user(m16, mfs_id_u64(i));
+	for (uint64_t i = 0; i < 50; i++)
+		add_item(m16, mfs_id_u64(i));
+	for (uint64_t i = 1000; i < 1010; i++)
+		add_user(mb, mfs_id_u64(i)), add_user(m8, mfs_id_u64(i));
+	for (uint64_t i = 1000; i < 1005; i++)
+		add_item(mb, mfs_id_u64(i)), add_item(m8, mfs_id_u64(i));
+	fill_random(m16);
+	fill_random(m8);
+	fill_random(mb);
+	mfs_snap_writer_t *w = NULL;
+	mfs_snap_existing_t ex;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 20, &w, errbuf, sizeof errbuf));
+	if (!w)
+		return;
+	TEST_OK(mfs_snap_writer_existing(w, &ex, errbuf, sizeof errbuf));
+	TEST_ASSERT(ex.seq == 0 && ex.k == 0 && ex.n_users == 0 && ex.n_items == 0);
+	mfs_snap_info_t in = info_default();
+	mfs_offset_t offs[] = {{"ratings", 0, 100}};
+	in.offsets = offs;
+	in.n_offsets = 1;
+	uint64_t seq = 0;
+	TEST_OK(mfs_snap_publish(w, m16, &in, &seq, errbuf, sizeof errbuf));
+	TEST_OK(mfs_snap_writer_existing(w, &ex, errbuf, sizeof errbuf));
+	TEST_ASSERT(ex.seq == 1 && ex.k == 16 && ex.n_users == 100 && ex.n_items == 50);
+	mfs_snap_info_t rin = info_default();
+	rin.replace = 1;
+	TEST_EQ_INT(mfs_snap_publish(w, m8, &rin, NULL, errbuf, sizeof errbuf), MFS_EINVAL); /* k differs */
+	TEST_ASSERT_MSG(strstr(errbuf, "k = 16") != NULL, "%s", errbuf);
+	TEST_OK(mfs_snap_publish(w, mb, &rin, &seq, errbuf, sizeof errbuf));
+	TEST_EQ_INT(seq, 2);
+	TEST_OK(mfs_snap_writer_existing(w, &ex, errbuf, sizeof errbuf));
+	TEST_ASSERT(ex.seq == 2 && ex.k == 16 && ex.n_users == 10 && ex.n_items == 5);
+	mfs_snap_writer_close(w);
+
+	/* a replace whose commit fails changes nothing */
+	TEST_OK(mfs_fault_arm("snapshot.commit=EIO", errbuf, sizeof errbuf));
+	rin.replace = 1;
+	TEST_ASSERT(publish_once(dir, 1 << 20, m16, &rin, NULL) != 0);
+	TEST_OK(mfs_fault_arm(NULL, errbuf, sizeof errbuf));
+
+	mfs_snap_t *s = NULL;
+	TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+	if (s) {
+		mfs_snap_meta_t meta;
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_ASSERT_MSG(meta.seq == 2 && meta.k == 16 && meta.n_users == 10 && meta.n_items == 5,
+		                "seq %llu k %u users %llu items %llu", (unsigned long long)meta.seq, (unsigned)meta.k,
+		                (unsigned long long)meta.n_users, (unsigned long long)meta.n_items);
+		check_all_rows(s, mb);
+		float bias, vec[16];
+		mfs_snap_id_t old = snap_id_of(mfs_id_u64(0));
+		TEST_EQ_INT(mfs_snap_user(s, &old, &bias, vec), MFS_ENOTFOUND);
+		struct offs_seen o;
+		memset(&o, 0, sizeof o);
+		TEST_OK(mfs_snap_meta_each(s, collect_offsets, &o));
+		TEST_EQ_INT(o.n, 0); /* the old offsets went with the old model */
+		mfs_snap_close(s);
+	}
+	mfs_model_free(m16);
+	mfs_model_free(m8);
+	mfs_model_free(mb);
+}
+
 /* ---- map growth ------------------------------------------------------------------------------ */
 static void test_map_grows(void)
 {
@@ -594,6 +668,7 @@ int main(void)
 	TEST_RUN(test_nan_refused);
 	TEST_RUN(test_k_and_version_mismatch);
 	TEST_RUN(test_one_writer);
+	TEST_RUN(test_replace);
 	TEST_RUN(test_map_grows);
 	TEST_RUN(test_predict);
 	TEST_RUN(test_topk);
