@@ -804,8 +804,9 @@ static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errst
 
 /* Everything inside one write txn. LMDB codes come back as is (MDB_MAP_FULL is retried by
  * the caller); MFS_EINVAL / MFS_EVERSION / MFS_EFORMAT are set with errstr. A replacing
- * publish checks k and reads seq like any other, then empties the three DBs (mdb_drop with
- * del = 0 keeps the handles) before it writes: seq still grows. */
+ * publish checks k and reads seq like any other, then empties the DBs (users, items, meta and
+ * the last-seen times; mdb_drop with del = 0 keeps the handles) before it writes: seq still
+ * grows. */
 static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_t *m, const mfs_snap_info_t *info,
                        uint64_t *seq_out, uint64_t *n_users, uint64_t *n_items, char *errstr, size_t es)
 {
@@ -834,7 +835,8 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_
 	else if (rc != MDB_NOTFOUND)
 		return rc;
 	if (info->replace && ((rc = mdb_drop(txn, w->sw_users, 0)) || (rc = mdb_drop(txn, w->sw_items, 0)) ||
-	                      (rc = mdb_drop(txn, w->sw_meta, 0))))
+	                      (rc = mdb_drop(txn, w->sw_meta, 0)) || (rc = mdb_drop(txn, w->sw_seen[0], 0)) ||
+	                      (rc = mdb_drop(txn, w->sw_seen[1], 0))))
 		return rc;
 
 	if ((rc = delete_rows(txn, w->sw_users, w->sw_seen[0], &m->side[0])) ||
