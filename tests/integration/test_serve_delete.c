@@ -1,0 +1,164 @@
+/* test_serve_delete.c - the right to be forgotten through the whole service (docs/EVENT_FORMAT.md,
+ * "Delete events"; docs/OPERATIONS.md, "The id lifecycle"): ratings of users 1..U are applied;
+ * delete events for users 1..D and items 1..DI go through Kafka (produced like ratings, keyed by
+ * the id); once a snapshot counts them, serve is killed with SIGKILL and started again on the
+ * same directory. From the snapshot that covers the deletions on, and after the restart, the
+ * deleted ids are absent for every reader (libmfsnap lookups; the meta's row counts) while the
+ * others are there; more ratings by other users do not bring them back; a deleted user that
+ * rates again is there once more, afresh. */
+#include "serve_help.h"
+
+#define N_PARTS 4
+#define DEL_USERS 40
+#define DEL_ITEMS 5
+
+struct meta_want {
+	const char *key;
+	uint64_t v;
+};
+
+static int meta_cb(void *ctx, const char *k, size_t kl, const unsigned char *val, size_t vl)
+{
+	struct meta_want *w = ctx;
+	if (kl == strlen(w->key) && memcmp(k, w->key, kl) == 0 && vl == 8) {
+		w->v = 0;
+		for (int j = 7; j >= 0; j--)
+			w->v = w->v << 8 | val[j];
+	}
+	return 0;
+}
+
+/* The u64 meta record `key` of dir's snapshot (UINT64_MAX: none). */
+static uint64_t meta_u64(const char *dir, const char *key)
+{
+	struct meta_want w = {key, UINT64_MAX};
+	mfs_snap_t *h = NULL;
+	char e[256];
+	if (mfs_snap_open(dir, &h, e, sizeof e) != 0)
+		return UINT64_MAX;
+	mfs_snap_meta_each(h, meta_cb, &w);
+	mfs_snap_close(h);
+	return w.v;
+}
+
+/* Send one delete event per id 1..n of entity ent (0 users, 1 items). */
+static void produce_deletes(const char *bs, const char *topic, int ent, int n)
+{
+	mfs_conf_t c;
+	char e[512];
+	TEST_OK(mfs_conf_init(&c));
+	mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 10};
+	mfs_producer_t *p = NULL;
+	int rc = mfs_producer_open(&c, &po, &p, e, sizeof e);
+	TEST_ASSERT_MSG(rc == 0, "%s", e);
+	for (int j = 1; rc == 0 && j <= n; j++) {
+		mfs_event_t ev = {.op = ent ? MFS_OP_DEL_ITEM : MFS_OP_DEL_USER};
+		*(ent ? &ev.item : &ev.user) = mfs_id_u64((uint64_t)j);
+		TEST_OK(mfs_producer_send(p, &ev));
+	}
+	TEST_OK(mfs_producer_flush(p, e, sizeof e));
+	mfs_producer_close(p);
+	mfs_conf_free(&c);
+}
+
+/* How many of ids 1..n of entity ent the snapshot in dir holds. */
+static int present(const char *dir, int ent, int from, int to)
+{
+	mfs_snap_t *h = NULL;
+	char e[256];
+	if (mfs_snap_open(dir, &h, e, sizeof e) != 0)
+		return -1;
+	float b, v[64];
+	int n = 0;
+	for (int j = from; j <= to; j++) {
+		mfs_snap_id_t id = {MFS_SNAP_ID_U64, (uint64_t)j, NULL, 0};
+		n += (ent ? mfs_snap_item(h, &id, &b, v) : mfs_snap_user(h, &id, &b, v)) == 0;
+	}
+	mfs_snap_close(h);
+	return n;
+}
+
+static void test_deleted_ids_stay_deleted(void)
+{
+	sh_env_t v;
+	if (sh_env_open(&v, 1, "ratings-del", N_PARTS))
+		return;
+	const char *bs = v.bs, *topic = v.topic, *snap = v.snap, *log = v.log;
+	const char *const extra[] = {"--serve.fullpass_ms", "200", NULL};
+	uint64_t total = sh_produce_valid(bs, topic, 20000, 11); /* users 1..3000, items 1..1500 */
+	pid_t pid = sh_spawn(bs, topic, snap, "mfs-test-del-0", log, NULL, extra);
+	int died;
+	sh_snap_t s = sh_wait_events(snap, pid, total, 60, &died);
+	TEST_ASSERT_MSG(!died && s.events == total, "applied %" PRIu64 " of %" PRIu64 " (log %s)", s.events, total, log);
+	const int u_before = present(snap, 0, 1, DEL_USERS), i_before = present(snap, 1, 1, DEL_ITEMS);
+	fprintf(stderr, "  before: %d of users 1..%d, %d of items 1..%d\n", u_before, DEL_USERS, i_before, DEL_ITEMS);
+	TEST_ASSERT(u_before > DEL_USERS / 2 && i_before == DEL_ITEMS);
+
+	produce_deletes(bs, topic, 0, DEL_USERS);
+	produce_deletes(bs, topic, 1, DEL_ITEMS);
+	/* the snapshot that covers them: kill -9 right then */
+	const double end = mfs_now_s() + test_seconds(60);
+	while ((meta_u64(snap, "users_deleted") != (uint64_t)u_before ||
+	        meta_u64(snap, "items_deleted") != (uint64_t)i_before) && mfs_now_s() < end)
+		nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
+	TEST_EQ_INT(meta_u64(snap, "users_deleted"), u_before);
+	TEST_EQ_INT(meta_u64(snap, "items_deleted"), i_before);
+	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
+	TEST_EQ_INT(present(snap, 1, 1, DEL_ITEMS), 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
+
+	/* restart; other users rate on: the deleted ones stay out */
+	pid = sh_spawn(bs, topic, snap, "mfs-test-del-1", log, NULL, extra);
+	char e[512];
+	uint64_t more = 0;
+	{ /* ratings by users DEL_USERS+1 .. only */
+		mfs_conf_t pc;
+		TEST_OK(mfs_conf_init(&pc));
+		mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 100};
+		mfs_producer_t *p = NULL;
+		TEST_OK(mfs_producer_open(&pc, &po, &p, e, sizeof e));
+		for (int j = 0; j < 5000; j++) {
+			mfs_event_t ev = {.user = mfs_id_u64((uint64_t)(DEL_USERS + 1 + j % 500)),
+			                  .item = mfs_id_u64((uint64_t)(DEL_ITEMS + 1 + j % 300)), .rating = 3.0f};
+			TEST_OK(mfs_producer_send(p, &ev));
+			more++;
+		}
+		TEST_OK(mfs_producer_flush(p, e, sizeof e));
+		mfs_producer_close(p);
+		mfs_conf_free(&pc);
+	}
+	s = sh_wait_events(snap, pid, total + more, 60, &died);
+	TEST_ASSERT_MSG(!died && s.events == total + more, "applied %" PRIu64 " of %" PRIu64, s.events, total + more);
+	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
+	TEST_EQ_INT(present(snap, 1, 1, DEL_ITEMS), 0);
+	/* user 1 rates again: there once more */
+	{
+		mfs_conf_t pc;
+		TEST_OK(mfs_conf_init(&pc));
+		mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 1};
+		mfs_producer_t *p = NULL;
+		TEST_OK(mfs_producer_open(&pc, &po, &p, e, sizeof e));
+		mfs_event_t ev = {.user = mfs_id_u64(1), .item = mfs_id_u64(DEL_ITEMS + 1), .rating = 4.0f};
+		TEST_OK(mfs_producer_send(p, &ev));
+		TEST_OK(mfs_producer_flush(p, e, sizeof e));
+		mfs_producer_close(p);
+		mfs_conf_free(&pc);
+	}
+	s = sh_wait_events(snap, pid, total + more + 1, 60, &died);
+	TEST_EQ_INT(present(snap, 0, 1, 1), 1);
+	TEST_EQ_INT(present(snap, 0, 2, DEL_USERS), 0);
+	TEST_EQ_INT(sh_stop(pid, 30), 0);
+	fprintf(stderr, "  %d users and %d items deleted, absent after kill -9 and restart and %" PRIu64
+	        " more events; user 1 back after one rating\n", u_before, i_before, more);
+	sh_env_close(&v);
+}
+
+int main(void)
+{
+	if (access(test_bin(), X_OK) != 0)
+		TEST_SKIP("no mfstream binary at %s", test_bin());
+	TEST_RUN(test_deleted_ids_stay_deleted);
+	return TEST_REPORT();
+}
