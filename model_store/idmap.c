@@ -19,6 +19,7 @@
  * belongs to removed ids, rewritten with the live ones (O(live bytes), amortized over the
  * removals that made the garbage).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -27,7 +28,13 @@
 #include "common/grow.h"
 #include "model_store/store.h"
 
-#define MIGRATE_STEP 256
+/* Old slots copied per insert while a table drains. The copies are random writes into the new
+ * table, so the step sets how much extra each insert costs and for how long: 256 made the
+ * inserts right after a doubling of 4 M ids hold the learner for about a second (bench/growth.sh);
+ * 8 spreads the same copies over old slots / 8 inserts. It must stay >= 4: a same-size rehash
+ * (tombstones, at most a quarter live) has a quarter of the slots' inserts before the new table
+ * reaches half load, and the old one must be drained by then. */
+#define MIGRATE_STEP 8
 #define MIN_SLOTS 1024
 #define TOMB UINT32_MAX     /* a slot's row1 after its id was removed */
 #define ARENA_SLACK (1u << 20) /* garbage bytes tolerated before the arena is rewritten */
@@ -253,7 +260,9 @@ int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t 
 		m->t = nt;
 		m->migrate_pos = 0;
 	}
-	migrate(m, MIGRATE_STEP);
+	/* the new table past half load before the old one drained (not expected: see MIGRATE_STEP):
+	 * drain it all now rather than let the chains grow */
+	migrate(m, (size_t)(m->live + 1) * 2 + m->t.tombs * 2 > m->t.mask + 1 ? SIZE_MAX : MIGRATE_STEP);
 
 	struct key *k = &m->keys[row];
 	k->kind = id->kind;
