@@ -224,6 +224,8 @@ def bench_kind(header):
         return "cpu-epochs"
     if {"dataset", "mfstream_test_rmse", "reference", "reference_rmse"} <= h:
         return "accuracy"
+    if {"t_s", "rss_mib", "events_applied", "users"} <= h:
+        return "id-flood"
     return None
 
 
@@ -351,6 +353,32 @@ def plot_accuracy(rows, stem, outdir, written):
     save(fig, outdir, stem + "-rmse.png", written)
 
 
+def plot_id_flood(rows, stem, outdir, written):
+    """bench/id_flood.sh: host memory and the user table over time (evictions where counted)."""
+    from matplotlib.ticker import FuncFormatter
+    t = column(rows, "t_s")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    h1 = ax.plot(t, column(rows, "rss_mib"), color="C0", label="RSS (MiB)")
+    if "rss_anon_mib" in rows[0] and present(column(rows, "rss_anon_mib")):
+        h1 += ax.plot(t, column(rows, "rss_anon_mib"), color="C0", linestyle="--", label="of it anonymous (MiB)")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    h2 = ax2.plot(t, column(rows, "users"), color="C1", label="users in the table")
+    handles = h1 + h2
+    if "users_evicted" in rows[0] and present(column(rows, "users_evicted")):
+        handles += ax2.plot(t, column(rows, "users_evicted"), color="C2", linestyle="--", label="users evicted")
+    ax2.plot(t, column(rows, "events_applied"), color="C3", linestyle=":", label="events applied")
+    handles = handles + [ax2.lines[-1]]
+    ax2.set_ylabel("count")
+    ax2.set_ylim(bottom=0)
+    ax2.yaxis.set_major_formatter(FuncFormatter(si))
+    legend_below(ax, handles, [x.get_label() for x in handles])
+    ax.set_title("%s: memory during an id flood" % stem)
+    save(fig, outdir, stem + "-rss.png", written)
+
+
 def plot_bench(path, outdir):
     rows = read_csv(path)
     kind = bench_kind(rows[0].keys())
@@ -362,6 +390,8 @@ def plot_bench(path, outdir):
         plot_cpu_epochs(rows, stem, outdir, written)
     elif kind == "accuracy":
         plot_accuracy(rows, stem, outdir, written)
+    elif kind == "id-flood":
+        plot_id_flood(rows, stem, outdir, written)
     else:
         raise UsageError("%s: unknown CSV kind (header %s)" % (path, ",".join(rows[0].keys())))
     return written

@@ -112,9 +112,9 @@ def main():
         # the benchmark results in the repository
         results = os.path.join(SRC, "bench", "results")
         # the kinds plot.py charts (reader and stream tables are printed, not plotted)
-        kinds = ("accuracy-", "cpu-sgd-", "gpu-sgd-")
+        kinds = ("accuracy-", "cpu-sgd-", "gpu-sgd-", "id-flood-")
         csvs = sorted(os.path.join(results, f) for f in os.listdir(results)
-                      if f.endswith(".csv") and f.startswith(kinds) and "reference" not in f)
+                      if f.endswith(".csv") and f.startswith(kinds) and "reference" not in f and "gpumem" not in f)
         check(csvs, "bench/results has CSV files")
         rc, files, err = run_plot(["bench"] + csvs + ["-o", out])
         check(rc == 0, "plot.py bench exits 0: %s" % err)
