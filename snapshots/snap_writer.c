@@ -429,6 +429,34 @@ static void side_sort(struct stage_side *ss)
  * mfs_snap_publish_stage, i.e. to the writer thread; else ss borrows the model's arrays and
  * ids, valid until the model changes (mfs_snap_publish's own use), and is sorted here.
  * copy == 2: the ids only; v[] is sized and left for the caller to fill (checked publishing). */
+#define STAGE_KEEP_ROWS 65536 /* rows a stage keeps room for whatever it held before */
+
+/* Give back room a much larger snapshot left: the buffers hold the most rows any snapshot has
+ * held, which after a burst of touched rows (a snapshot put off while the writer was busy) can
+ * be the whole table for the rest of the run (an id flood through a 1 M-user table ratcheted up
+ * ~250 MiB that way, docs/BENCHMARKS.md). Room for more than 4 x this snapshot's rows (and
+ * 2 x STAGE_KEEP_ROWS) is shrunk to 2 x its rows (or STAGE_KEEP_ROWS); a realloc to less that
+ * fails leaves the old buffer. */
+static void side_trim(struct stage_side *ss, size_t n, size_t w)
+{
+	const size_t keep = n * 2 > STAGE_KEEP_ROWS ? n * 2 : STAGE_KEEP_ROWS;
+	if (ss->cap <= 2 * keep) /* keep = max(2 n, STAGE_KEEP_ROWS): trimmed above 4 n */
+		return;
+	struct snap_row *r = realloc(ss->r, keep * sizeof *r);
+	if (r)
+		ss->r = r, ss->cap = keep;
+	if (ss->v && ss->v_cap > keep * w) {
+		float *v = realloc(ss->v, keep * w * sizeof *v);
+		if (v)
+			ss->v = v, ss->v_cap = keep * w;
+	}
+	if (ss->seen && ss->seen_cap > keep) {
+		uint32_t *sn = realloc(ss->seen, keep * sizeof *sn);
+		if (sn)
+			ss->seen = sn, ss->seen_cap = keep;
+	}
+}
+
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
                      const uint32_t *seen, int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy,
                      char *errstr, size_t es)
@@ -442,6 +470,7 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 	ss->mF = copy ? NULL : F;
 	ss->has_seen = seen != NULL;
 	ss->mseen = copy ? NULL : seen;
+	side_trim(ss, n, 1 + (size_t)k);
 	if (n == 0)
 		return 0;
 	if (n > ss->cap) {
