@@ -41,24 +41,33 @@ static uint64_t meta_u64(const char *dir, const char *key)
 	return w.v;
 }
 
-/* Send one delete event per id 1..n of entity ent (0 users, 1 items). */
-static void produce_deletes(const char *bs, const char *topic, int ent, int n)
+/* Send events ev[0..n) into topic (keyed as the producer keys them), flushed. */
+static void send_events(const char *bs, const char *topic, const mfs_event_t *ev, size_t n)
 {
 	mfs_conf_t c;
 	char e[512];
 	TEST_OK(mfs_conf_init(&c));
-	mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 10};
+	mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 100};
 	mfs_producer_t *p = NULL;
 	int rc = mfs_producer_open(&c, &po, &p, e, sizeof e);
 	TEST_ASSERT_MSG(rc == 0, "%s", e);
-	for (int j = 1; rc == 0 && j <= n; j++) {
-		mfs_event_t ev = {.op = ent ? MFS_OP_DEL_ITEM : MFS_OP_DEL_USER};
-		*(ent ? &ev.item : &ev.user) = mfs_id_u64((uint64_t)j);
-		TEST_OK(mfs_producer_send(p, &ev));
-	}
-	TEST_OK(mfs_producer_flush(p, e, sizeof e));
+	for (size_t j = 0; rc == 0 && j < n; j++)
+		TEST_OK(mfs_producer_send(p, &ev[j]));
+	if (rc == 0)
+		TEST_OK(mfs_producer_flush(p, e, sizeof e));
 	mfs_producer_close(p);
 	mfs_conf_free(&c);
+}
+
+/* Send one delete event per id 1..n of entity ent (0 users, 1 items). */
+static void produce_deletes(const char *bs, const char *topic, int ent, int n)
+{
+	mfs_event_t ev[64] = {{0}};
+	for (int j = 0; j < n && j < 64; j++) {
+		ev[j].op = ent ? MFS_OP_DEL_ITEM : MFS_OP_DEL_USER;
+		*(ent ? &ev[j].item : &ev[j].user) = mfs_id_u64((uint64_t)j + 1);
+	}
+	send_events(bs, topic, ev, (size_t)n);
 }
 
 /* How many of ids 1..n of entity ent the snapshot in dir holds. */
@@ -111,41 +120,22 @@ static void test_deleted_ids_stay_deleted(void)
 
 	/* restart; other users rate on: the deleted ones stay out */
 	pid = sh_spawn(bs, topic, snap, "mfs-test-del-1", log, NULL, extra);
-	char e[512];
-	uint64_t more = 0;
+	const uint64_t more = 5000;
 	{ /* ratings by users DEL_USERS+1 .. only */
-		mfs_conf_t pc;
-		TEST_OK(mfs_conf_init(&pc));
-		mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 100};
-		mfs_producer_t *p = NULL;
-		TEST_OK(mfs_producer_open(&pc, &po, &p, e, sizeof e));
-		for (int j = 0; j < 5000; j++) {
-			mfs_event_t ev = {.user = mfs_id_u64((uint64_t)(DEL_USERS + 1 + j % 500)),
-			                  .item = mfs_id_u64((uint64_t)(DEL_ITEMS + 1 + j % 300)), .rating = 3.0f};
-			TEST_OK(mfs_producer_send(p, &ev));
-			more++;
-		}
-		TEST_OK(mfs_producer_flush(p, e, sizeof e));
-		mfs_producer_close(p);
-		mfs_conf_free(&pc);
+		mfs_event_t *ev = calloc(more, sizeof *ev);
+		for (uint64_t j = 0; j < more; j++)
+			ev[j] = (mfs_event_t){.user = mfs_id_u64(DEL_USERS + 1 + j % 500),
+			                      .item = mfs_id_u64(DEL_ITEMS + 1 + j % 300), .rating = 3.0f};
+		send_events(bs, topic, ev, more);
+		free(ev);
 	}
 	s = sh_wait_events(snap, pid, total + more, 60, &died);
 	TEST_ASSERT_MSG(!died && s.events == total + more, "applied %" PRIu64 " of %" PRIu64, s.events, total + more);
 	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
 	TEST_EQ_INT(present(snap, 1, 1, DEL_ITEMS), 0);
 	/* user 1 rates again: there once more */
-	{
-		mfs_conf_t pc;
-		TEST_OK(mfs_conf_init(&pc));
-		mfs_producer_opts_t po = {.brokers = bs, .topic = topic, .batch = 1};
-		mfs_producer_t *p = NULL;
-		TEST_OK(mfs_producer_open(&pc, &po, &p, e, sizeof e));
-		mfs_event_t ev = {.user = mfs_id_u64(1), .item = mfs_id_u64(DEL_ITEMS + 1), .rating = 4.0f};
-		TEST_OK(mfs_producer_send(p, &ev));
-		TEST_OK(mfs_producer_flush(p, e, sizeof e));
-		mfs_producer_close(p);
-		mfs_conf_free(&pc);
-	}
+	const mfs_event_t back = {.user = mfs_id_u64(1), .item = mfs_id_u64(DEL_ITEMS + 1), .rating = 4.0f};
+	send_events(bs, topic, &back, 1);
 	s = sh_wait_events(snap, pid, total + more + 1, 60, &died);
 	TEST_EQ_INT(present(snap, 0, 1, 1), 1);
 	TEST_EQ_INT(present(snap, 0, 2, DEL_USERS), 0);
