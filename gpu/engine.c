@@ -168,7 +168,7 @@ int mfs_engine_grow(mfs_engine_t *e)
 	return e->iface->grow ? e->iface->grow(e) : 0;
 }
 
-int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n)
+int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
 {
 	if (!e || (ent != 0 && ent != 1) || (n && !rows))
 		return MFS_EINVAL;
@@ -176,7 +176,7 @@ int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t
 	for (size_t j = 0; j < n; j++)
 		if (rows[j] >= have)
 			return MFS_EINVAL;
-	return n && e->iface->reset_rows ? e->iface->reset_rows(e, ent, rows, n) : 0;
+	return n && e->iface->reset_rows ? e->iface->reset_rows(e, ent, rows, n, in_flight) : 0;
 }
 
 int mfs_engine_sync(mfs_engine_t *e)

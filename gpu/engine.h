@@ -88,11 +88,13 @@ int mfs_engine_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp);
 /** Rows were added to the model since the last call. */
 int mfs_engine_grow(mfs_engine_t *e);
 /** Rows below the model's row count were given to new ids (model_store/life.h) and hold fresh
- *  values in the host model: the engine takes them, after every batch given before this call
- *  and before any given after it. The CPU engine works on the host arrays: nothing to do. The
- *  CUDA engine waits for its ring to drain, then writes them on the device.
+ *  values in the host model: the engine takes them before any batch given after this call.
+ *  in_flight: a batch given before may name a row (its last id; mfs_model_reused_in_flight),
+ *  so those batches are applied first; 0: none does, and the rows are written beside them.
+ *  The CPU engine works on the host arrays: nothing to do. The CUDA engine writes them on the
+ *  device, after its ring drains where in_flight says so.
  *  @return 0, MFS_EINVAL (entity not 0 or 1, row out of range), ENOMEM, MFS_EGPU. */
-int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n);
+int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
 /** One SGD update per rating of b. Rows must be < model rows and ratings finite.
  *  @return 0, MFS_EINVAL (row out of range), MFS_ENAN. */
 int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b);

@@ -34,7 +34,7 @@ struct mfs_engine_i {
 	               float *di);
 	int (*capture_wait)(mfs_engine_t *e);
 	/* (optional; absent: the engine works on the host arrays, nothing to take) */
-	int (*reset_rows)(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n);
+	int (*reset_rows)(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
 };
 
 struct mfs_engine {

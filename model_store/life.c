@@ -37,7 +37,11 @@ uint32_t mfs_life_pop_free(mfs_model_t *m, int ent)
 int mfs_life_reused(mfs_model_t *m, int ent, uint32_t row)
 {
 	mfs_life_t *L = life_of(m, ent);
-	return push(&L->reused, &L->n_reused, &L->cap_reused, row);
+	int rc = push(&L->reused, &L->n_reused, &L->cap_reused, row);
+	/* without stamps (a deletion, no tracking) nothing says the row's last batch was applied */
+	if (!rc && (!m->track || m->stamp[ent][row] > m->safe_stamp))
+		L->in_flight = 1;
+	return rc;
 }
 
 /* Copy the id of row into the gone list. */
@@ -92,18 +96,23 @@ uint32_t mfs_life_evict(mfs_model_t *m, int ent)
 	const uint32_t *seen = m->seen[ent], *stamp = m->stamp[ent];
 	if (!m->track || !n)
 		return MFS_ROW_NONE;
-	uint32_t best = MFS_ROW_NONE, best_seen = UINT32_MAX;
-	/* a few more rounds when every sample was named by this batch (a small table) */
-	for (int s = 0; s < 4 * MFS_LIFE_SAMPLES && (s < MFS_LIFE_SAMPLES || best == MFS_ROW_NONE); s++) {
+	/* best[0]: of rows no batch in flight names (the engine writes such a row beside the batches
+	 * it holds); best[1]: of rows named by a batch in flight, not this one (the engine applies
+	 * what it holds first: the learner waits). A few more rounds while no sample is of the first
+	 * kind (a small table, or one whose rows were all named lately). */
+	uint32_t best[2] = {MFS_ROW_NONE, MFS_ROW_NONE}, best_seen[2] = {UINT32_MAX, UINT32_MAX};
+	for (int s = 0; s < 4 * MFS_LIFE_SAMPLES && (s < MFS_LIFE_SAMPLES || best[0] == MFS_ROW_NONE); s++) {
 		const uint32_t r = (uint32_t)mfs_rng_below(&L->rng, n);
 		if (stamp[r] == m->batch_stamp || !mfs_idmap_alive(map, r))
 			continue;
-		if (best == MFS_ROW_NONE || seen[r] < best_seen) {
-			best = r;
-			best_seen = seen[r];
+		const int t = stamp[r] > m->safe_stamp;
+		if (best[t] == MFS_ROW_NONE || seen[r] < best_seen[t]) {
+			best[t] = r;
+			best_seen[t] = seen[r];
 		}
 	}
-	if (best == MFS_ROW_NONE || mfs_life_free_row(m, ent, best, MFS_FREED_EVICTED))
+	const uint32_t best_row = best[0] != MFS_ROW_NONE ? best[0] : best[1];
+	if (best_row == MFS_ROW_NONE || mfs_life_free_row(m, ent, best_row, MFS_FREED_EVICTED))
 		return MFS_ROW_NONE;
 	return mfs_life_pop_free(m, ent); /* the row just freed (the list was empty) */
 }
@@ -127,7 +136,7 @@ static void sweep(mfs_model_t *m, int ent)
 
 void mfs_model_begin_batch(mfs_model_t *m, uint32_t clock_s)
 {
-	m->batch_stamp++;
+	m->safe_stamp = m->batch_stamp++; /* every earlier batch applied, unless told otherwise */
 	if (clock_s > m->clock_s)
 		m->clock_s = clock_s;
 	for (int ent = 0; ent < 2; ent++) {
@@ -162,9 +171,27 @@ const uint32_t *mfs_model_reused(const mfs_model_t *m, int ent, size_t *n)
 	return life_of(m, ent)->reused;
 }
 
+int mfs_model_reused_in_flight(const mfs_model_t *m, int ent) { return life_of(m, ent)->in_flight; }
+
 void mfs_model_reused_clear(mfs_model_t *m)
 {
 	m->life[0]->n_reused = m->life[1]->n_reused = 0;
+	m->life[0]->in_flight = m->life[1]->in_flight = 0;
+}
+
+void mfs_model_applied_through(mfs_model_t *m, uint32_t stamp)
+{
+	if (stamp < m->safe_stamp)
+		m->safe_stamp = stamp;
+}
+
+void mfs_model_stamp_rows(mfs_model_t *m, int ent, const uint32_t *rows, size_t n)
+{
+	if (!m->track)
+		return;
+	uint32_t *stamp = m->stamp[ent];
+	for (size_t j = 0; j < n; j++)
+		stamp[rows[j]] = m->batch_stamp;
 }
 
 size_t mfs_model_gone_n(const mfs_model_t *m, int ent) { return life_of(m, ent)->n_gone; }

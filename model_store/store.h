@@ -117,6 +117,8 @@ typedef struct mfs_model {
 	uint32_t ttl_s;                /* rows not seen for this long (event time) are freed; 0: never */
 	uint32_t clock_s;              /* event time now: the latest given to mfs_model_begin_batch */
 	uint32_t batch_stamp;          /* batches begun */
+	uint32_t safe_stamp;           /* rows stamped no later are named by no update the engine has
+	                                  not applied (mfs_model_applied_through, life.h) */
 } mfs_model_t;
 
 int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);

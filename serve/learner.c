@@ -102,6 +102,13 @@ struct mfs_learner {
 	mfs_hist_t snap_lat; /* message create time -> snapshot commit */
 	mfs_hist_t apl_lat;  /* message create time -> applied by the engine */
 	mfs_pending_t apl;   /* create times waiting for their batch's ticket (mfs_engine_progress) */
+	/* with the id lifecycle's stamps: per batch stamp with updates given, the ticket of its last
+	 * one (a batch, then replay chunks), oldest first: what the engine holds (life.h) */
+	struct stamp_ticket {
+		uint32_t stamp;
+		uint64_t ticket;
+	} *st_q;
+	size_t st_head, st_n, st_cap;
 	/* stats for other threads */
 	pthread_mutex_t st_mu;
 	mfs_learner_stats_t st;
@@ -279,14 +286,56 @@ static uint32_t batch_clock(const mfs_ebatch_t *b)
 	return t > 0 ? (t > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)t) : 0;
 }
 
+/* Updates naming rows stamped with the current batch were just given to the engine: its
+ * ticket for them is the latest. */
+static int stamps_given(mfs_learner_t *l)
+{
+	if (!l->m->track)
+		return 0;
+	uint64_t ticket, done;
+	mfs_engine_progress(l->e, &ticket, &done);
+	if (l->st_n && l->st_q[(l->st_head + l->st_n - 1) % l->st_cap].stamp == l->m->batch_stamp) {
+		l->st_q[(l->st_head + l->st_n - 1) % l->st_cap].ticket = ticket;
+		return 0;
+	}
+	if (l->st_n == l->st_cap) { /* full: unroll into a larger one */
+		size_t nc = l->st_cap ? 2 * l->st_cap : 64;
+		struct stamp_ticket *q = malloc(nc * sizeof *q);
+		if (!q)
+			return ENOMEM;
+		for (size_t x = 0; x < l->st_n; x++)
+			q[x] = l->st_q[(l->st_head + x) % l->st_cap];
+		free(l->st_q);
+		l->st_q = q, l->st_cap = nc, l->st_head = 0;
+	}
+	l->st_q[(l->st_head + l->st_n++) % l->st_cap] = (struct stamp_ticket){l->m->batch_stamp, ticket};
+	return 0;
+}
+
+/* At a batch's start: tell the model which batches the engine has applied (every one before
+ * the oldest with updates outstanding), so eviction takes rows the engine holds no update of
+ * and the engine need not drain its ring to reset them (a synchronous engine: all). */
+static void stamps_applied(mfs_learner_t *l)
+{
+	if (!l->m->track || !l->st_n)
+		return;
+	uint64_t ticket, done;
+	mfs_engine_progress(l->e, &ticket, &done);
+	while (l->st_n && l->st_q[l->st_head].ticket <= done)
+		l->st_head = (l->st_head + 1) % l->st_cap, l->st_n--;
+	if (l->st_n)
+		mfs_model_applied_through(l->m, l->st_q[l->st_head].stamp - 1);
+}
+
 /* Rows the model gave to new ids this batch (evicted, expired or deleted before): the engine
- * takes their fresh values before any batch names them. */
+ * takes their fresh values before any batch names them, once every batch it holds that may
+ * name one is applied. */
 static int reset_reused(mfs_learner_t *l)
 {
 	for (int ent = 0; ent < 2; ent++) {
 		size_t n;
 		const uint32_t *rows = mfs_model_reused(l->m, ent, &n);
-		int rc = n ? mfs_engine_reset_rows(l->e, ent, rows, n) : 0;
+		int rc = n ? mfs_engine_reset_rows(l->e, ent, rows, n, mfs_model_reused_in_flight(l->m, ent)) : 0;
 		if (rc)
 			return mfs_errf(l->err, sizeof l->err, rc, "engine reset rows: %s", mfs_strerror(rc));
 	}
@@ -303,6 +352,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	/* the id lifecycle's clock and batch stamp (model_store/life.h) */
 	mfs_model_begin_batch(l->m, l->m->track || l->c->serve_replay_half_life_s > 0 ? batch_clock(b) : 0);
+	stamps_applied(l);
 	/* each side in event order: the same rows as event by event (the two maps are
 	 * independent), with the lookups' cache misses overlapped */
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
@@ -346,7 +396,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	}
 	l->meta.dropped += nd;
 	l->meta.digest += b->digest;
-	if (nt && (rc = mfs_engine_sgd(l->e, &bt)))
+	if (nt && ((rc = mfs_engine_sgd(l->e, &bt)) || (rc = stamps_given(l))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
 	ph_mark(l, MFS_LPH_SUBMIT);
 	if ((rc = mfs_window_add(&l->win, &bt)) || (rc = mfs_window_add(&l->hwin, &bh)))
@@ -417,7 +467,9 @@ static int replay_chunk(mfs_learner_t *l)
 		return 0;
 	if ((rc = mfs_touched_mark_many(&l->rows.tu, b.u, b.n)) || (rc = mfs_touched_mark_many(&l->rows.ti, b.i, b.n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
-	if ((rc = mfs_engine_replay(l->e, &b, l->rp.lr_scale)))
+	mfs_model_stamp_rows(l->m, 0, b.u, b.n); /* in flight like a batch's (model_store/life.h) */
+	mfs_model_stamp_rows(l->m, 1, b.i, b.n);
+	if ((rc = mfs_engine_replay(l->e, &b, l->rp.lr_scale)) || (rc = stamps_given(l)))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd (replay): %s", mfs_strerror(rc));
 	l->meta.replayed += b.n;
 	l->dirty = 1;
@@ -987,6 +1039,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	mfs_hist_free(&l->snap_lat);
 	mfs_hist_free(&l->apl_lat);
 	mfs_pending_free(&l->apl);
+	free(l->st_q);
 	mfs_preq_free(&l->pq);
 	pthread_mutex_destroy(&l->mu);
 	pthread_mutex_destroy(&l->st_mu);

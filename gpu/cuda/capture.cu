@@ -75,13 +75,27 @@ int cuda_sync(mfs_engine_t *e)
 	return 0;
 }
 
-/* Room for n gathered rows (doubling). Allocations only while the persistent kernel is
- * stopped, and never under an outstanding capture (its copy reads these buffers). */
+/* Bytes of one pinned chunk of the copy back: large enough that a copy is mostly transfer,
+ * small enough that it is allocated once (a snapshot of any size goes through the same two). */
+#define CAP_CHUNK_BYTES (8u << 20)
+
+/* Room for n gathered rows on the device (doubling), and at the first call the two pinned
+ * chunks. Device allocations only while the persistent kernel is stopped (cudaFree synchronizes
+ * the device), and never under an outstanding capture (its copy reads these buffers). The pinned
+ * chunks have a fixed size: pinning as much host memory as the largest snapshot, and again at
+ * every doubling, is what held the learner 0.3-0.6 s after a table doubled (docs/BENCHMARKS.md,
+ * growth). */
 static int gather_reserve(mfs_engine_t *e, size_t n)
 {
 	struct cuda_impl *c = impl_of(e);
 	const int k = e->model->k;
 	int rc;
+	if (!c->g_st[0]) {
+		const size_t row_bytes = (size_t)k * c->es + sizeof(float);
+		c->g_st_rows = CAP_CHUNK_BYTES / row_bytes;
+		for (int x = 0; x < 2; x++)
+			MFS_CUDA_TRY(cudaHostAlloc(&c->g_st[x], c->g_st_rows * row_bytes, cudaHostAllocDefault));
+	}
 	if (n <= c->g_cap)
 		return 0;
 	if ((rc = pk_stop(c)))
@@ -92,14 +106,10 @@ static int gather_reserve(mfs_engine_t *e, size_t n)
 	cudaFree(c->g_rows);
 	cudaFree(c->g_F);
 	cudaFree(c->g_b);
-	cudaFreeHost(c->g_hF);
-	cudaFreeHost(c->g_hb);
-	c->g_rows = NULL, c->g_F = c->g_hF = NULL, c->g_b = c->g_hb = NULL, c->g_cap = 0;
+	c->g_rows = NULL, c->g_F = NULL, c->g_b = NULL, c->g_cap = 0;
 	MFS_CUDA_TRY(cudaMalloc(&c->g_rows, nc * sizeof *c->g_rows));
 	MFS_CUDA_TRY(cudaMalloc(&c->g_F, nc * (size_t)k * c->es));
 	MFS_CUDA_TRY(cudaMalloc(&c->g_b, nc * sizeof(float)));
-	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hF, nc * (size_t)k * c->es, cudaHostAllocDefault));
-	MFS_CUDA_TRY(cudaHostAlloc(&c->g_hb, nc * sizeof(float), cudaHostAllocDefault));
 	c->g_cap = nc;
 	return 0;
 }
@@ -125,23 +135,55 @@ static int gather_launch(mfs_engine_t *e, const void *F, const float *b, size_t 
 	return 0;
 }
 
-/* Gathered row j (pinned g_hF/g_hb, copied back) as fp32: the bias to *bias, k factors to f. */
-static void gathered_row(const struct cuda_impl *c, size_t j, int k, float *bias, float *f)
+/* Rows [at, at + n) of the gathered copy, in pinned chunk st (factors, then biases), as fp32
+ * into the capture's destinations: 1 + k floats per row, users' rows first, then items'. */
+static void chunk_convert(const struct cuda_impl *c, const void *st, size_t at, size_t n, int k)
 {
-	*bias = c->g_hb[j];
-	if (c->fp16) {
-		const __half *h = (const __half *)c->g_hF + j * (size_t)k;
-		for (int x = 0; x < k; x++)
-			f[x] = __half2float(h[x]);
-	} else {
-		memcpy(f, (const float *)c->g_hF + j * (size_t)k, (size_t)k * sizeof(float));
+	const size_t w = 1 + (size_t)k;
+	const float *hb = (const float *)((const char *)st + c->g_st_rows * (size_t)k * c->es);
+	for (size_t x = 0; x < n; x++) {
+		const size_t j = at + x;
+		float *d = j < c->cap_nu ? c->cap_du + j * w : c->cap_di + (j - c->cap_nu) * w;
+		d[0] = hb[x];
+		if (c->fp16) {
+			const __half *h = (const __half *)st + x * (size_t)k;
+			for (int y = 0; y < k; y++)
+				d[1 + y] = __half2float(h[y]);
+		} else {
+			memcpy(d + 1, (const float *)st + x * (size_t)k, (size_t)k * sizeof(float));
+		}
 	}
 }
 
+/* The gathered rows (g_F/g_b) back to the host through the two pinned chunks on stream s, one
+ * chunk's copy in flight while the other is converted: the capture's rows, whatever their
+ * number, with 2 x CAP_CHUNK_BYTES of pinned memory. */
+static int copy_back(struct cuda_impl *c, cudaStream_t s, int k)
+{
+	const size_t n = c->cap_nu + c->cap_ni, per = c->g_st_rows;
+	const size_t chunks = (n + per - 1) / per;
+	const size_t rb = (size_t)k * c->es;
+	for (size_t j = 0; j <= chunks; j++) {
+		if (j < chunks) { /* chunk j into g_st[j & 1], whose last chunk was converted at j - 1 */
+			const size_t at = j * per, cn = n - at < per ? n - at : per;
+			char *st = (char *)c->g_st[j & 1];
+			MFS_CUDA_TRY(cudaMemcpyAsync(st, (const char *)c->g_F + at * rb, cn * rb, cudaMemcpyDeviceToHost, s));
+			MFS_CUDA_TRY(cudaMemcpyAsync(st + per * rb, c->g_b + at, cn * sizeof(float), cudaMemcpyDeviceToHost, s));
+			MFS_CUDA_TRY(cudaEventRecord(c->g_st_ev[j & 1], s));
+		}
+		if (j > 0) { /* chunk j - 1 while chunk j copies */
+			const size_t at = (j - 1) * per, cn = n - at < per ? n - at : per;
+			MFS_CUDA_TRY(cudaEventSynchronize(c->g_st_ev[(j - 1) & 1]));
+			chunk_convert(c, c->g_st[(j - 1) & 1], at, cn, k);
+		}
+	}
+	return 0;
+}
+
 /* A snapshot's rows without the learner waiting for the copy: quiesce, gather both tables'
- * rows into g_F/g_b beside the running kernel (users first, then items), start the copy to
- * the pinned g_hF/g_hb and return once the gather has run (later batches change P and Q, not
- * the gathered copy). cuda_capture_wait, on the writer thread, waits for the copy and converts. */
+ * rows into g_F/g_b beside the running kernel (users first, then items) and return once the
+ * gather has run (later batches change P and Q, not the gathered copy). cuda_capture_wait, on
+ * the writer thread, copies them back and converts. */
 int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
                         float *di)
 {
@@ -177,17 +219,16 @@ int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, cons
 	if ((rc = gather_launch(e, c->P, c->bu, 0, nu)) || (rc = gather_launch(e, c->Q, c->bi, nu, ni)))
 		return rc;
 	MFS_CUDA_TRY(cudaEventRecord(c->cap_gathered, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hF, c->g_F, n * (size_t)k * c->es, cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaMemcpyAsync(c->g_hb, c->g_b, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	MFS_CUDA_TRY(cudaEventRecord(c->cap_copied, c->stream));
 	c->cap_du = du, c->cap_di = di, c->cap_nu = nu, c->cap_ni = ni;
+	if (!c->pk.beside) {
+		/* the kernel was stopped for the gather: copy back here too, before the next batch
+		 * relaunches it, so the writer makes no CUDA wait beside the running kernel (where
+		 * nothing may run beside it, under compute-sanitizer, such waits are what hung: see
+		 * cuda_sync) */
+		return copy_back(c, c->stream, k);
+	}
 	c->cap_pending = 1; /* from here on close and the next capture wait for the copy */
-	/* not beside (the kernel was stopped for the gather): wait for the copy too, here, before
-	 * the next batch relaunches the kernel, and not again in capture_wait, so the writer makes
-	 * no CUDA wait beside the running kernel (where nothing may run beside it, under
-	 * compute-sanitizer, such waits are what hung: see cuda_sync) */
-	c->cap_copy_done = !c->pk.beside;
-	return beside_wait(c, c->cap_copy_done ? c->cap_copied : c->cap_gathered);
+	return beside_wait(c, c->cap_gathered);
 }
 
 int cuda_capture_wait(mfs_engine_t *e)
@@ -196,17 +237,9 @@ int cuda_capture_wait(mfs_engine_t *e)
 	if (!c || !c->cap_pending)
 		return 0;
 	c->cap_pending = 0;
-	const int k = e->model->k;
-	const size_t w = 1 + (size_t)k;
-	if (!c->cap_copy_done) {
-		MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
-		MFS_CUDA_TRY(cudaEventSynchronize(c->cap_copied));
-	}
-	for (size_t j = 0; j < c->cap_nu; j++)
-		gathered_row(c, j, k, c->cap_du + j * w, c->cap_du + j * w + 1);
-	for (size_t j = 0; j < c->cap_ni; j++)
-		gathered_row(c, c->cap_nu + j, k, c->cap_di + j * w, c->cap_di + j * w + 1);
-	return 0;
+	MFS_CUDA_TRY(cudaSetDevice(c->dev)); /* the writer thread's first CUDA call */
+	MFS_CUDA_TRY(cudaStreamWaitEvent(c->cap_stream, c->cap_gathered, 0));
+	return copy_back(c, c->cap_stream, e->model->k);
 }
 
 /* ---- rows given to new ids (mfs_engine_reset_rows) ------------------------------------- */
@@ -265,12 +298,15 @@ static int reset_reserve(struct cuda_impl *c, size_t n, int k)
 	return 0;
 }
 
-/* Rows below the device's row count that the host gave to new ids: every published batch
- * consumed first (a batch in the ring may name the row's last id), then the host's fresh
- * values uploaded and scattered on the engine's stream, beside the running kernel where it
- * leaves room (else it is stopped and the next batch relaunches it). Rows the device does not
- * have yet reach it with grow. Returns with the rows written. */
-int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n)
+/* Rows below the device's row count that the host gave to new ids: where a batch in the ring
+ * may name a row's last id (in_flight), every published batch consumed first; then the host's
+ * fresh values uploaded and scattered on the engine's stream, beside the running kernel where
+ * it leaves room (else it is stopped and the next batch relaunches it). Without in_flight the
+ * kernel goes on with the batches it holds meanwhile: none names these rows (eviction picks
+ * rows whose batches were applied, model_store/life.h), and no batch naming them is published
+ * before this returns. Rows the device does not have yet reach it with grow. Returns with the
+ * rows written. */
+int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
 {
 	struct cuda_impl *c = impl_of(e);
 	const mfs_model_t *m = e->model;
@@ -278,7 +314,7 @@ int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n)
 	const uint32_t have = ent ? c->n_i : c->n_u;
 	const float *hb = ent ? m->bi : m->bu, *hF = ent ? m->Q : m->P;
 	int rc;
-	if ((rc = pk_quiesce(c)) || (rc = reset_reserve(c, n, k)))
+	if ((in_flight && (rc = pk_quiesce(c))) || (rc = reset_reserve(c, n, k)))
 		return rc;
 	/* pack the rows the device has (values converted to its storage type), biases after them */
 	size_t cnt = 0;

@@ -5,7 +5,7 @@
  * DESIGN: one struct cuda_impl per engine (e->impl): the device tables, the engine's stream,
  * the batch staging, the persistent kernel's ring (struct pk_host) and the capture buffers.
  * One thread calls the engine (engine.h); capture_wait may run on another one while the engine
- * thread goes on, and touches only the cap_* fields and the pinned g_hF/g_hb it waits for.
+ * thread goes on, and touches only the cap_* fields, g_F/g_b and the pinned chunks g_st.
  *
  * Which file owns what:
  *   engine_cuda.cu  open, close, grow, hparams, memory, drain, progress; the vtable
@@ -111,15 +111,21 @@ struct cuda_impl {
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
 	struct pk_host pk;
-	/* capture: rows to gather, gathered rows and biases (device, and pinned host) */
+	/* capture: rows to gather, gathered rows and biases (device, as many rows as the largest
+	 * snapshot); two fixed pinned chunks the copy back goes through (g_st_rows rows each: their
+	 * factors, then their biases) with an event each, and the stream of that copy */
 	uint32_t *g_rows;
-	void *g_F, *g_hF;
-	float *g_b, *g_hb;
+	void *g_F;
+	float *g_b;
 	size_t g_cap;
-	/* the outstanding capture: gathered (the learner may go on), copied to g_hF/g_hb (the
-	 * writer converts into cap_du/cap_di) */
-	cudaEvent_t cap_gathered, cap_copied;
-	int cap_pending, cap_copy_done; /* copy_done: capture itself waited for the copy */
+	void *g_st[2];
+	cudaEvent_t g_st_ev[2];
+	size_t g_st_rows;
+	cudaStream_t cap_stream;
+	/* the outstanding capture: gathered (the learner may go on); the writer copies it back in
+	 * chunks and converts into cap_du/cap_di (cuda_capture_wait) */
+	cudaEvent_t cap_gathered;
+	int cap_pending;
 	float *cap_du, *cap_di;
 	size_t cap_nu, cap_ni;
 	/* reset_rows: rows given to new ids, their values (device, and a host staging copy) */
@@ -171,7 +177,7 @@ int cuda_sync(mfs_engine_t *e);
 int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
                  float *di);
 int cuda_capture_wait(mfs_engine_t *e);
-int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n);
+int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
 void reset_free(struct cuda_impl *c);
 
 #endif

@@ -130,12 +130,15 @@ static void cuda_close(mfs_engine_t *e)
 	cudaFree(c->g_rows);
 	cudaFree(c->g_F);
 	cudaFree(c->g_b);
-	cudaFreeHost(c->g_hF);
-	cudaFreeHost(c->g_hb);
+	for (int x = 0; x < 2; x++) {
+		cudaFreeHost(c->g_st[x]);
+		if (c->g_st_ev[x])
+			cudaEventDestroy(c->g_st_ev[x]);
+	}
 	if (c->cap_gathered)
 		cudaEventDestroy(c->cap_gathered);
-	if (c->cap_copied)
-		cudaEventDestroy(c->cap_copied);
+	if (c->cap_stream)
+		cudaStreamDestroy(c->cap_stream);
 	reset_free(c);
 	cudaFree(c->P);
 	cudaFree(c->Q);
@@ -193,8 +196,10 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		err = cudaMemset(c->d_skipped, 0, sizeof(unsigned long long));
 	if (err == cudaSuccess)
 		err = cudaEventCreateWithFlags(&c->cap_gathered, cudaEventDisableTiming);
+	for (int x = 0; x < 2 && err == cudaSuccess; x++)
+		err = cudaEventCreateWithFlags(&c->g_st_ev[x], cudaEventDisableTiming);
 	if (err == cudaSuccess)
-		err = cudaEventCreateWithFlags(&c->cap_copied, cudaEventDisableTiming);
+		err = cudaStreamCreateWithFlags(&c->cap_stream, cudaStreamNonBlocking);
 	if (err == cudaSuccess)
 		err = cudaEventCreateWithFlags(&c->r_done, cudaEventDisableTiming);
 	if (err != cudaSuccess) {

@@ -161,6 +161,57 @@ static void test_evict_not_this_batch(void)
 	mfs_model_free(m);
 }
 
+/* An asynchronous engine still holds batches (mfs_model_applied_through): eviction takes a row
+ * no batch in flight names while a sample holds one, even one seen later than rows in flight,
+ * and says so (mfs_model_reused_in_flight 0); only when every candidate is in flight does it
+ * take one of those, flagged, so the engine applies what it holds first. Replayed rows count
+ * as named by the batch they were replayed in. Deletions without stamps are always flagged. */
+static void test_evict_in_flight(void)
+{
+	mfs_model_t *m = new_model(8, 0, 1);
+	/* batches 1..8: user u seen at time 100 + u (user 0 the least recently seen) */
+	for (uint64_t u = 0; u < 8; u++) {
+		mfs_model_begin_batch(m, (uint32_t)(100 + u));
+		user_row(m, u);
+	}
+	/* batch 9: the engine has applied batches up to 3 (users 0..2) only, and users 0 and 1 were
+	 * replayed in batch 8 (in flight again): user 2 is the one to evict, though 0 and 1 were
+	 * seen before it */
+	const uint32_t r0 = 0, r1 = 1, r2 = 2;
+	mfs_model_stamp_rows(m, 0, (const uint32_t[]){r0, r1}, 2);
+	mfs_model_begin_batch(m, 200);
+	mfs_model_applied_through(m, 3);
+	const uint32_t got = user_row(m, 50);
+	TEST_EQ_INT(got, r2);
+	TEST_EQ_INT(mfs_model_reused_in_flight(m, 0), 0);
+	mfs_model_reused_clear(m);
+	/* batch 10: nothing applied since batch 4 and rows 0..3 all named lately: every sample is
+	 * in flight, so one is taken and flagged */
+	mfs_model_begin_batch(m, 201);
+	mfs_model_stamp_rows(m, 0, (const uint32_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+	mfs_model_begin_batch(m, 202);
+	mfs_model_applied_through(m, 4);
+	TEST_ASSERT(user_row(m, 51) != MFS_ROW_NONE);
+	TEST_EQ_INT(mfs_model_reused_in_flight(m, 0), 1);
+	mfs_model_reused_clear(m);
+	TEST_EQ_INT(mfs_model_reused_in_flight(m, 0), 0);
+	/* a synchronous engine (no applied_through): every earlier batch is applied */
+	mfs_model_begin_batch(m, 203);
+	TEST_ASSERT(user_row(m, 52) != MFS_ROW_NONE);
+	TEST_EQ_INT(mfs_model_reused_in_flight(m, 0), 0);
+	mfs_model_free(m);
+	/* no tracking: a deleted row reused is flagged */
+	m = new_model(0, 0, 0);
+	mfs_model_begin_batch(m, 1);
+	user_row(m, 1);
+	mfs_id_t id1 = mfs_id_u64(1);
+	TEST_EQ_INT(mfs_model_delete(m, 0, &id1), 1);
+	mfs_model_begin_batch(m, 2);
+	TEST_EQ_INT(user_row(m, 2), 0);
+	TEST_EQ_INT(mfs_model_reused_in_flight(m, 0), 1);
+	mfs_model_free(m);
+}
+
 /* Without eviction a full table drops new ids (the bound alone, as before). */
 static void test_full_drops(void)
 {
@@ -249,6 +300,7 @@ int main(void)
 	TEST_RUN(test_idmap_remove_reuse);
 	TEST_RUN(test_evict_lru);
 	TEST_RUN(test_evict_not_this_batch);
+	TEST_RUN(test_evict_in_flight);
 	TEST_RUN(test_full_drops);
 	TEST_RUN(test_ttl);
 	TEST_RUN(test_delete);
