@@ -18,6 +18,10 @@
 # image whose binary predates a key still starts. `docker run IMAGE config` prints the
 # configuration the service would run with (secrets included: kafka.sasl.password).
 #
+# serve and train write snapshot.dir: where this uid cannot (a host directory bind-mounted over
+# the volume, owned by root), the entrypoint stops with exit 1 and says which uid needs write
+# access, instead of leaving the user a bare "Permission denied" from the binary.
+#
 # The last step is exec: mfstream replaces this shell, so SIGTERM from `docker stop` or the
 # kubelet reaches it directly and it publishes its final snapshot before exiting.
 set -eu
@@ -76,5 +80,40 @@ default() { # KEY ENVVAR VALUE
 
 default snapshot.dir MFSTREAM_SNAPSHOT_DIR "${MFS_DEFAULT_SNAPSHOT_DIR:-/var/lib/mfstream/snap}"
 default metrics.listen MFSTREAM_METRICS_LISTEN "${MFS_DEFAULT_METRICS_LISTEN:-0.0.0.0:9464}"
+
+# writable DIR: can this uid create DIR, or write it and its LMDB files? (the nearest existing
+# ancestor decides for a directory not made yet)
+writable() {
+	d=$1
+	while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
+	if ! { [ -d "$d" ] && [ -w "$d" ] && [ -x "$d" ]; }; then
+		bad=$d
+		return 1
+	fi
+	for f in "$1/data.mdb" "$1/lock.mdb"; do
+		[ ! -e "$f" ] || [ -w "$f" ] || { bad=$f; return 1; }
+	done
+}
+
+case $1 in
+serve | train)
+	# snapshot.dir as the binary will see it: flags over the environment over the file
+	snap='' prev=''
+	for a in "$@"; do
+		case $prev in --snapshot | --snapshot.dir) snap=$a ;; esac
+		case $a in --snapshot=* | --snapshot.dir=*) snap=${a#*=} ;; esac
+		prev=$a
+	done
+	[ -n "$snap" ] || snap=${MFSTREAM_SNAPSHOT_DIR:-}
+	[ -n "$snap" ] || snap=$(value snapshot.dir "$effective") || snap=
+	if [ -n "$snap" ] && ! writable "$snap"; then
+		uid=$(id -u) gid=$(id -g)
+		log error "snapshot.dir is not writable by this container's user" "dir=$snap" "not_writable=$bad" \
+			"owner=$(stat -c %u:%g "$bad" 2>/dev/null || echo unknown)" "uid=$uid" "gid=$gid" \
+			"hint=\"give uid $uid write access: for a bind mount, chown -R $uid:$gid HOSTDIR on the host (or run the container as the directory's owner, --user UID:GID)\""
+		exit 1
+	fi
+	;;
+esac
 
 exec "$bin" "$@"

@@ -69,7 +69,10 @@ static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 	int have_dev = cuda_device_answers(conf->device, why, sizeof why);
 	const struct mfs_engine_i *cu = engine_of(MFS_ENGINE_CUDA);
 	if (cu && have_dev && cu->can_implement && !cu->can_implement(m, why, sizeof why)) {
-		mfs_info("engine", "msg=\"engine chosen\" engine=cpu reason=\"auto: %s\"", why);
+		mfs_info("engine",
+		         "msg=\"engine chosen\" engine=cpu reason=\"auto: the CUDA engine cannot run this model, "
+		         "so the CPU engine runs\" detail=\"%s\"",
+		         why);
 		return MFS_ENGINE_CPU;
 	}
 	if (cu && have_dev) {
@@ -77,13 +80,19 @@ static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 		         conf->device, why);
 		return MFS_ENGINE_CUDA;
 	}
+	/* Say plainly what happened; the CUDA runtime's own text stays as the detail. Without a
+	 * driver it reads "CUDA driver version is insufficient for CUDA runtime version", which
+	 * sounds like an old driver on a GPU host when there is no GPU at all. */
 	if (!engine_of(MFS_ENGINE_CUDA))
 		mfs_info("engine",
-		         "msg=\"engine chosen\" engine=cpu reason=\"auto: cuda engine not in this build\" "
-		         "cuda_device=\"%s\"",
+		         "msg=\"engine chosen\" engine=cpu reason=\"auto: this build has no CUDA engine, so the CPU "
+		         "engine runs\" detail=\"%s\"",
 		         why);
 	else
-		mfs_info("engine", "msg=\"engine chosen\" engine=cpu reason=\"auto: no cuda device: %s\"", why);
+		mfs_info("engine",
+		         "msg=\"engine chosen\" engine=cpu reason=\"auto: no usable GPU or driver found (CUDA device "
+		         "%d), so the CPU engine runs\" cuda_error=\"%s\"",
+		         conf->device, why);
 	return MFS_ENGINE_CPU;
 }
 
@@ -115,7 +124,9 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	if (kind == MFS_ENGINE_CUDA) {
 		char why[256] = "";
 		if (!cuda_device_answers(conf->device, why, sizeof why))
-			return mfs_errf(errstr, errstr_size, MFS_ENODEV, "engine.kind=cuda: CUDA device %d not available: %s",
+			return mfs_errf(errstr, errstr_size, MFS_ENODEV,
+			                "engine.kind=cuda: no usable GPU or driver found for CUDA device %d (CUDA: %s); "
+			                "engine.kind=auto runs the CPU engine instead",
 			                conf->device, why);
 	}
 

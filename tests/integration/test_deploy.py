@@ -176,6 +176,25 @@ def dockerfile_stages():
     return [tuple(x) for x in stages]
 
 
+def project_version():
+    m = re.search(r"project\(mfstream\s+VERSION\s+([0-9.]+)", open(os.path.join(SRC, "CMakeLists.txt")).read())
+    return m.group(1) if m else None
+
+
+def dockerfile_args():
+    text = open(os.path.join(DEPLOY, "Dockerfile")).read()
+    return dict(re.findall(r"(?im)^ARG\s+(\w+)=(\S*)", text))
+
+
+def stage_labels(lines):
+    """LABEL key="value" pairs of one stage's lines (continuations joined)."""
+    out = {}
+    for ln in lines:
+        if ln.upper().startswith("LABEL "):
+            out.update(re.findall(r'([\w.-]+)="([^"]*)"', ln))
+    return out
+
+
 def test_dockerfile():
     stages = dockerfile_stages()
     names = [s[0] for s in stages]
@@ -220,6 +239,22 @@ def test_dockerfile():
         check(hc and "mfs-healthcheck" in hc[-1], "%s has a HEALTHCHECK running mfs-healthcheck" % name)
         check(any(ln.upper().startswith("EXPOSE") and str(METRICS_PORT) in ln for ln in lines),
               "%s exposes the metrics port %s" % (name, METRICS_PORT))
+    # OCI labels: every runtime image says what it is, which version and commit, and its base;
+    # the version is the project's (so the k8s tags, which carry it, name what was built)
+    oci = "org.opencontainers.image."
+    check(dockerfile_args().get("MFS_VERSION") == project_version(),
+          "Dockerfile ARG MFS_VERSION=%s is CMakeLists.txt's version %s"
+          % (dockerfile_args().get("MFS_VERSION"), project_version()))
+    for name in ("cpu", "gpu"):
+        labels = stage_labels(by[name][2])
+        for key in ("title", "description", "version", "revision", "created", "base.name"):
+            check(oci + key in labels, "%s image has the label %s%s" % (name, oci, key))
+        check(labels.get(oci + "version") == "${MFS_VERSION}", "%s: version label from ARG MFS_VERSION" % name)
+        base = re.sub(r"\$\{(\w+)\}", lambda x: dockerfile_args().get(x.group(1), x.group(0)),
+                      labels.get(oci + "base.name", ""))
+        check(base.endswith("/" + by[name][1]), "%s: base.name %s names its FROM image %s" % (name, base, by[name][1]))
+        check("ARG MFS_VERSION" in by[name][2], "%s re-declares ARG MFS_VERSION (stage scope)" % name)
+    check(stage_labels(by["reader"][2]).get(oci + "title") == "mfstream-reader", "reader has a title of its own")
     # every script a RUN executes from /tmp or /src/deploy was copied or is in the source tree
     for name, _, lines in stages:
         copied = " ".join(ln for ln in lines if ln.upper().startswith("COPY"))
@@ -367,6 +402,12 @@ def test_k8s():
     cons = {x["name"]: x for x in pod["containers"]}
     check(set(cons) == {"mfstream", "reader"}, "containers mfstream and reader")
     w, r = cons["mfstream"], cons["reader"]
+    # images by an explicit version tag (the project's), never a moving one like gpu or latest
+    for c in (w, r):
+        image = c["image"]
+        tag = image.split("@")[0].rpartition(":")[2] if ":" in image.split("@")[0].rpartition("/")[2] else ""
+        check(re.match(re.escape(project_version() or "?") + r"-\w+$", tag) is not None,
+              "%s: image %s has the explicit version tag %s-..." % (c["name"], image, project_version()))
     check(str(w["resources"]["limits"].get("nvidia.com/gpu")) == "1", "mfstream limits nvidia.com/gpu: 1")
     ports = {p["name"]: p["containerPort"] for p in w.get("ports", [])}
     check(ports.get("metrics") == METRICS_PORT, "container port metrics = %s (entrypoint's metrics.listen)" % METRICS_PORT)
@@ -503,6 +544,49 @@ def test_entrypoint(tmp):
     # anything else runs as it is (the reader image's mfs-reader-example, a shell)
     p = run(["sh", ENTRY, "sh", "-c", 'echo "passthrough $MFSTREAM_SNAPSHOT_DIR"'], env=env)
     check(p.returncode == 0 and p.stdout.strip() == "passthrough", "other commands pass through, without defaults")
+
+
+def test_entrypoint_unwritable():
+    """A snapshot.dir the container's user cannot write (a root-owned bind mount): serve and train
+    stop in the entrypoint with exit 1, naming the directory and the uid that needs write access;
+    a writable --snapshot.dir passes the check. As root the entrypoint runs as uid 10001 (the
+    images' user) through setpriv."""
+    ro = tempfile.mkdtemp(prefix="mfs-deploy-ro-")
+    rw = tempfile.mkdtemp(prefix="mfs-deploy-rw-")
+    try:
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if not setpriv:
+                print("note: no setpriv (util-linux); the unwritable snapshot.dir check is not exercised")
+                return
+            uid, prefix = 10001, [setpriv, "--reuid", "10001", "--regid", "10001", "--clear-groups"]
+            os.chmod(ro, 0o755)             # root's, as a bind mount made by root
+            os.chown(rw, uid, uid)
+            if run(prefix + ["test", "-x", BIN]).returncode != 0:
+                print("note: uid 10001 cannot run %s; the unwritable snapshot.dir check is not exercised" % BIN)
+                return
+        else:
+            uid, prefix = os.geteuid(), []
+            os.chmod(ro, 0o555)
+        env = base_env(MFS_DEFAULT_SNAPSHOT_DIR=os.path.join(ro, "snap"))
+        cases = (("serve, the container default", ["serve", "--serve.batch_size", "0"]),
+                 ("train --snapshot DIR", ["train", "--input", "x", "--snapshot", os.path.join(ro, "a", "b")]),
+                 ("serve --snapshot.dir=DIR", ["serve", "--snapshot.dir=" + ro]))
+        for what, args in cases:
+            p = run(prefix + ["sh", ENTRY] + args, env=env)
+            err = [ln for ln in p.stderr.splitlines() if "level=error" in ln]
+            check(p.returncode == 1 and len(err) == 1 and "not writable" in err[0] and ("uid=%d" % uid) in err[0]
+                  and ("chown -R %d:%d" % (uid, uid)) in err[0] and ro in err[0],
+                  "%s on a root-owned directory: exit 1 with a hint naming uid %d (exit %d): %s"
+                  % (what, uid, p.returncode, p.stderr.strip()[-600:]))
+        p = run(prefix + ["sh", ENTRY, "serve", "--snapshot.dir", os.path.join(rw, "snap"), "--serve.batch_size", "0"],
+                env=env)
+        check(p.returncode == 2 and "not writable" not in p.stderr and "serve.batch_size" in p.stderr,
+              "a writable --snapshot.dir passes the check (then the binary's own error): exit %d %s"
+              % (p.returncode, p.stderr.strip()[-300:]))
+    finally:
+        shutil.rmtree(ro, ignore_errors=True)
+        shutil.rmtree(rw, ignore_errors=True)
 
 
 def free_port():
@@ -679,6 +763,7 @@ def main():
         test_scripts()
         test_healthcheck()
         test_entrypoint(tmp)
+        test_entrypoint_unwritable()
         test_producer_command(compose)
         test_service_lifecycle(tmp, compose)
     finally:

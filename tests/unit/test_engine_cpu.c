@@ -788,7 +788,27 @@ static void test_registry(void)
 	mfs_engine_close(e);
 	e = NULL;
 	mfs_model_t *m32 = mk_model(32, 2, 2, 1);
+	/* the log line of that choice: where no GPU answers it says so plainly, and that the CPU
+	 * engine runs (the CUDA runtime's own text, e.g. "driver version is insufficient" on a
+	 * host without a driver, is only the detail) */
+	FILE *logf = tmpfile();
+	TEST_ASSERT(logf != NULL);
+	int old_fd = logf ? mfs_log_set_fd(fileno(logf)) : -1, old_level = mfs_log_get_level();
+	mfs_log_set_level(MFS_LOG_INFO);
 	TEST_OK(mfs_engine_open(&a, m32, &e, err, sizeof err));
+	mfs_log_set_level(old_level);
+	if (logf) {
+		mfs_log_set_fd(old_fd);
+		char line[1024] = "";
+		rewind(logf);
+		while (fgets(line, sizeof line, logf) && !strstr(line, "engine chosen"))
+			line[0] = 0;
+		fclose(logf);
+		TEST_ASSERT_MSG(cuda || (strstr(line, "engine=cpu") && strstr(line, "so the CPU engine runs") &&
+		                         (strstr(line, "no usable GPU or driver found") ||
+		                          strstr(line, "this build has no CUDA engine"))),
+		                "auto without a GPU logged: %s", line);
+	}
 	TEST_STR_EQ(mfs_engine_name(e), cuda ? "cuda" : "cpu");
 	mfs_engine_close(e);
 	mfs_model_free(m32);

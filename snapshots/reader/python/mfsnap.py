@@ -40,6 +40,8 @@ CLI:
     mfsnap.py DIR --user ID --top K            K lines "item score", best first
               [--exclude ID,ID,...]            ... never listing those items
     mfsnap.py DIR --dump                       every row: "users|items <id> <float32 bits in hex>..."
+An error is one line on stderr, "mfsnap: ...", naming the directory, id or flag: exit 1, or
+2 for bad arguments (as `mfstream query`).
 """
 
 import argparse
@@ -48,12 +50,20 @@ import json
 import math
 import os
 import re
+import signal
 import struct
 import sys
 import time
 
-import lmdb
-import numpy as np
+try:
+    import lmdb
+    import numpy as np
+except ImportError as e:
+    if __name__ != "__main__":
+        raise
+    # the CLI: one line that says what to install, not a traceback
+    sys.exit("mfsnap: %s: this reader needs python3-lmdb and python3-numpy "
+             "(apt-get install python3-lmdb python3-numpy)" % e)
 
 FORMAT_VERSION = 1
 MAX_READERS = 1024          # same as the writer and libmfsnap (the lock file's table size)
@@ -212,6 +222,8 @@ class Snapshot:
     def __init__(self, path):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
+            if os.path.exists(self.path):
+                raise SnapshotError("%s is not a directory (a snapshot is a directory)" % self.path)
             raise SnapshotNotFound("no snapshot in %s yet (no such directory)" % self.path)
         if not os.path.exists(os.path.join(self.path, "data.mdb")):
             raise SnapshotNotFound("no snapshot in %s yet (no data.mdb)" % self.path)
@@ -495,8 +507,60 @@ def _bits(x):
     return "%08x" % struct.unpack("<I", struct.pack("<f", x))[0]
 
 
+class _CliError(Exception):
+    """A user error of the CLI: one line on stderr and exit status `code`."""
+
+    def __init__(self, msg, code):
+        super().__init__(msg)
+        self.code = code
+
+
+class _ArgParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, as `mfstream query`'s are (--help has the rest)."""
+
+    def error(self, message):
+        raise _CliError("%s (mfsnap.py --help for usage)" % message, 2)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="mfsnap.py", description="Read an mfstream snapshot.")
+    """The CLI. Every user error - bad arguments, a missing or foreign directory, an unknown id,
+    LMDB refusing the files, output that cannot be written - is one line on stderr naming the
+    thing, and a non-zero exit (1, or 2 for usage); a traceback is a bug. The library itself
+    raises (SnapshotError, KeyError, ValueError, lmdb.Error)."""
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()   # a full disk must fail here, not in the interpreter's exit
+        return rc
+    except _CliError as e:
+        msg, rc = str(e), e.code
+    except SnapshotError as e:
+        msg, rc = str(e), 1
+    except lmdb.Error as e:
+        msg, rc = "LMDB: %s" % e, 1
+    except OSError as e:
+        if e.filename is None:   # the one unnamed file here is standard output
+            msg = "writing the output: %s" % (e.strerror or e)
+            # what is still buffered cannot be written either: let the exit flush go nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        else:
+            msg = "%s: %s" % (e.filename, e.strerror or e)
+        rc = 1
+    print("mfsnap: %s" % msg, file=sys.stderr)
+    return rc
+
+
+def _cli_id(flag, text):
+    """Check an id given on the command line before any work; the error names the flag."""
+    try:
+        parse_id(text)
+    except ValueError as e:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise _CliError('%s "%s": %s' % (flag, shown, e), 2) from None
+    return text
+
+
+def _main(argv):
+    ap = _ArgParser(prog="mfsnap.py", description="Read an mfstream snapshot.")
     ap.add_argument("dir")
     ap.add_argument("--user")
     ap.add_argument("--item")
@@ -508,6 +572,10 @@ def main(argv=None):
         ap.error("--top K (K >= 1) needs --user and no --item")
     if a.exclude is not None and a.top is None:
         ap.error("--exclude needs --top")
+    for flag, text in (("--user", a.user), ("--item", a.item)):
+        if text is not None:
+            _cli_id(flag, text)
+    exclude = [_cli_id("--exclude", x) for x in a.exclude.split(",") if x] if a.exclude else []
     try:
         snap = Snapshot(a.dir)
     except SnapshotError as e:
@@ -519,7 +587,6 @@ def main(argv=None):
                 for ident, bias, vec in snap.rows(which):
                     print(which, format_id(ident), _bits(bias), *(_bits(x) for x in vec.tolist()))
         elif a.user is not None and a.top is not None:
-            exclude = [x for x in a.exclude.split(",") if x] if a.exclude else []
             for ident, score in snap.topk(a.user, a.top, exclude):
                 print("%s %.9g" % (format_id(ident), score))
         elif a.user is not None and a.item is not None:
@@ -548,4 +615,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # as a C tool does: `mfsnap.py DIR --dump | head` and ^C end the process quietly
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     sys.exit(main())
