@@ -4,6 +4,8 @@
  *   "meta"  : ASCII key -> little-endian value (types listed below)
  *   "users" : encoded external id -> row value
  *   "items" : encoded external id -> row value
+ * and optional ones: "user_seen" / "item_seen" (the writer's last-seen times) and "user_rated"
+ * (the items each user rated; MFS_SNAP_DB_USER_RATED below).
  * Encoded id: 1 tag byte, then the payload.
  *   tag 0x01 (u64):    8 bytes big-endian (so byte order = numeric order; MDB_APPEND works)
  *   tag 0x02 (string): 1..256 bytes of UTF-8

@@ -31,6 +31,12 @@
  * page may reach the disk before the pages it points to); a killed process is safe in every
  * mode because the page cache outlives it. Measured in docs/BENCHMARKS.md.
  *
+ * Rated lists (issue 20; info->rated, snap_rated.h): staged as external ids with the rows, and
+ * written in the same txn after them (user key order): a train publish replaces each user's
+ * user_rated record, a serve publish merges the ratings since the last one into it (stored
+ * entries, then new; an item keeps its newest place; the last max kept), so only the users who
+ * rated are rewritten. The records of removed users are deleted with their rows.
+ *
  * n_users / n_items in meta are the number of rows in the users / items DB after the
  * commit (a partial publish leaves the rows it does not name as they were). A replacing
  * publish (info->replace, `mfstream train --snapshot.mode replace`) empties the users, items
