@@ -646,6 +646,14 @@ static int rated_fill(struct stage_rated *sr, const mfs_model_t *m, const mfs_sn
 	sr->n = sr->str_n = sr->val_n = 0;
 	sr->sorted = 0;
 	sr->on = t != NULL;
+	/* room a burst of lists left (a snapshot put off while many users rated) is given back: the
+	 * buffers grow again by doubling, which costs little beside writing that many lists */
+	if (sr->val_cap > ((size_t)1 << 20) || sr->cap > STAGE_KEEP_ROWS) {
+		free(sr->val), sr->val = NULL, sr->val_cap = 0;
+		free(sr->r), sr->r = NULL, sr->cap = 0;
+		free(sr->off), sr->off = NULL, sr->off_cap = 0;
+		free(sr->str), sr->str = NULL, sr->str_cap = 0;
+	}
 	if (!t)
 		return 0;
 	sr->merge = merge;
