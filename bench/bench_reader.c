@@ -2,13 +2,16 @@
  * no-cache), recall of the fast path, and the item-cache refresh.
  *
  *   bench_reader build --dir DIR --items N [--users U] [--k K] [--data planted|gauss] [--seed S]
+ *                      [--seen N]
  *   bench_reader run   --dir DIR [--label NAME] [--queries Q] [--exact-queries QE] [--csv FILE]
  *
  * build writes one snapshot with the snapshot writer (snap_writer.h), every row in one txn.
  * Data: "planted" looks like trained factors - items in 50 topics, a log-normal popularity
  * scaling their norms (and biases), users mixing one or two topics; "gauss" is i.i.d. normal
  * factors and no item biases, the hard case for pruning (no structure; the ranking is the
- * dot product alone, whose int8 error is what the bound has to cover).
+ * dot product alone, whose int8 error is what the bound has to cover). --seen N gives every
+ * user a user_rated list of N random items (snapshot.seen_items; default 0: none), which the
+ * default top-K leaves out: the selection grows to K + N.
  *
  * run opens the snapshot with libmfsnap and measures, one call at a time (so pin it to one
  * core: bench/reader.sh runs it under taskset -c 0):
@@ -16,8 +19,10 @@
  *   predict     mfs_snap_predict of a random (user, item)
  *   refresh     mfs_snap_cache_refresh after a new snapshot (a child process publishes 1000
  *               changed items, as the service's incremental snapshots do): the full rebuild
- *   top100      mfs_snap_topk_ex, K = 100, default path (int8 scan + exact rescoring)
- *   top100x     the same with 500 excluded items (the user's "seen" list)
+ *   top100      mfs_snap_topk_ex, K = 100, default path (int8 scan + exact rescoring), leaving
+ *               out the user's rated items (--seen)
+ *   top100inc   the same with MFS_SNAP_TOPK_INCLUDE_SEEN (the list not read)
+ *   top100x     the default with 500 excluded items (an exclude list)
  *   top1000     K = 1000, default path
  *   exact100    MFS_SNAP_TOPK_EXACT (every item scored exactly from the cache)
  *   nocache100  MFS_SNAP_TOPK_NOCACHE (every row scored from LMDB: what the reader did before)
@@ -44,7 +49,7 @@
 
 struct opts {
 	const char *mode, *dir, *label, *csv, *data;
-	uint64_t items, users, seed;
+	uint64_t items, users, seed, seen;
 	int k;
 	int queries, exact_queries;
 };
@@ -52,7 +57,7 @@ struct opts {
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_reader build --dir DIR --items N [--users U] [--k K] [--data planted|gauss]"
-	                " [--seed S]\n"
+	                " [--seed S] [--seen N]\n"
 	                "       bench_reader run --dir DIR [--label NAME] [--queries Q] [--exact-queries QE]"
 	                " [--csv FILE]\n");
 	exit(2);
@@ -84,6 +89,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->users = strtoull(v, NULL, 10);
 		else if (!strcmp(f, "--k"))
 			o->k = atoi(v);
+		else if (!strcmp(f, "--seen"))
+			o->seen = strtoull(v, NULL, 10);
 		else if (!strcmp(f, "--seed"))
 			o->seed = strtoull(v, NULL, 10);
 		else if (!strcmp(f, "--data"))
@@ -172,16 +179,28 @@ static int cmd_build(const struct opts *o)
 	in.last_loss = NAN;
 	in.rating_min = 1.0;
 	in.rating_max = 5.0;
-	size_t map = ((size_t)(o->items + o->users) * (size_t)(4 * (o->k + 1) + 64)) * 2 + (64u << 20);
+	mfs_snap_rated_t *rated = NULL;
+	if (o->seen) { /* N random items per user: the lists the default top-K leaves out */
+		if (o->seen > 65535 || (rc = mfs_snap_rated_init((uint32_t)o->seen, &rated)))
+			die("seen", rc ? rc : MFS_EINVAL, "--seen 1..65535");
+		for (uint32_t u = 0; u < m->n_users; u++)
+			for (uint64_t j = 0; j < o->seen; j++)
+				if ((rc = mfs_snap_rated_add(rated, m, u, (uint32_t)mfs_rng_below(&g, m->n_items))))
+					die("seen", rc, NULL);
+		in.rated = rated;
+	}
+	size_t map = ((size_t)(o->items + o->users) * (size_t)(4 * (o->k + 1) + 64)) * 2 + (64u << 20) +
+	             (size_t)o->users * o->seen * 24;
 	uint64_t seq = 0;
 	if ((rc = mfs_snap_writer_open(o->dir, map, &w, err, sizeof err)))
 		die("writer open", rc, err);
 	if ((rc = mfs_snap_publish(w, m, &in, &seq, err, sizeof err)))
 		die("publish", rc, err);
 	mfs_snap_writer_close(w);
-	printf("built %s: %llu users, %llu items, k=%d, %s data, seq %llu (generate %.1f s, publish %.1f s)\n", o->dir,
-	       (unsigned long long)m->n_users, (unsigned long long)m->n_items, o->k, o->data, (unsigned long long)seq,
-	       t1 - t0, mfs_now_s() - t1);
+	mfs_snap_rated_free(rated);
+	printf("built %s: %llu users, %llu items, k=%d, %s data, %llu rated items per user, seq %llu (generate %.1f s, "
+	       "publish %.1f s)\n", o->dir, (unsigned long long)m->n_users, (unsigned long long)m->n_items, o->k, o->data,
+	       (unsigned long long)o->seen, (unsigned long long)seq, t1 - t0, mfs_now_s() - t1);
 	mfs_model_free(m);
 	return 0;
 }
@@ -357,6 +376,7 @@ static int cmd_run(const struct opts *o)
 		int n;
 	} runs[] = {
 		{"top100", 100, 0, 0, NQ},
+		{"top100inc", 100, MFS_SNAP_TOPK_INCLUDE_SEEN, 0, NQ},
 		{"top100x", 100, 0, 500, NQ},
 		{"top1000", 1000, 0, 0, NQ / 4 > 10 ? NQ / 4 : 10},
 		{"exact100", 100, MFS_SNAP_TOPK_EXACT, 0, NE},

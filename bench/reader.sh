@@ -10,6 +10,9 @@
 #   GAUSS=1 bench/reader.sh                      also i.i.d. Gaussian factors at 1 M items
 #                                                (no structure: the hard case for pruning)
 #   DATA=/tmp/mfs-reader CSV=out/reader.csv CPU=1 bench/reader.sh
+#   SEEN=0 bench/reader.sh                       no rated lists (default 100 per user, the
+#                                                snapshot.seen_items default: top100 leaves
+#                                                them out, top100inc does not read them)
 #
 # Needs ~1.5 GB free in DATA and ~2 GB of memory (the 1 M snapshot, the writer's model, the
 # reader's item cache). The machine is shared: look at the load average printed first.
@@ -23,11 +26,12 @@ CSV=${CSV:-bench/results/reader-vm.csv}
 CPU=${CPU:-0}
 QUERIES=${QUERIES:-400}
 EXACT_QUERIES=${EXACT_QUERIES:-40}
+SEEN=${SEEN:-100}
 mkdir -p "$DATA" "$(dirname "$CSV")"
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores," \
 	"$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "pinned to CPU $CPU; $QUERIES top-K queries per figure ($EXACT_QUERIES exact)"
+echo "pinned to CPU $CPU; $QUERIES top-K queries per figure ($EXACT_QUERIES exact); $SEEN rated items per user"
 echo "label,n_items,k,metric,unit,p50,p99,mean,count" >"$CSV"
 
 SETS=("planted-100k 100000 planted" "planted-1m 1000000 planted")
@@ -37,7 +41,7 @@ for set in "${SETS[@]}"; do
 	dir=$DATA/$label
 	# always a fresh snapshot: a run publishes incremental snapshots into it (refresh)
 	rm -rf "$dir"
-	"$BIN" build --dir "$dir" --items "$items" --users 100000 --k 128 --data "$data"
+	"$BIN" build --dir "$dir" --items "$items" --users 100000 --k 128 --data "$data" --seen "$SEEN"
 	taskset -c "$CPU" "$BIN" run --dir "$dir" --label "$label" --queries "$QUERIES" \
 		--exact-queries "$EXACT_QUERIES" --csv "$CSV"
 	rm -rf "$dir"

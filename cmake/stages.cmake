@@ -68,7 +68,7 @@ if(MFS_HAVE_CUDA)
   target_compile_definitions(mfs_gpu_cuda PRIVATE MFS_HAVE_CUDA=1)
 endif()
 mfs_stage(NAME snapshots FOLDERS snapshots model_store common
-  SOURCES snapshots/snap_load.c snapshots/snap_size.c snapshots/snap_writer.c
+  SOURCES snapshots/snap_load.c snapshots/snap_rated.c snapshots/snap_size.c snapshots/snap_writer.c
   LINK mfs_model_store mfs_common PkgConfig::LMDB)
 set(MFS_OPS_LINK mfs_common)
 if(MFS_HAVE_MHD)

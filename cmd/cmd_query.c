@@ -4,14 +4,17 @@
  *   mfstream query --snapshot DIR --item ID              bias and factors of an item
  *   mfstream query --snapshot DIR --user ID --item ID    predicted rating (clipped; fallback
  *                                                        mu + known biases for unknown ids)
- *   mfstream query --snapshot DIR --user ID --top K      K lines "item score", best first
- *                  [--exclude ID,ID,...]                 ... never listing those items
+ *   mfstream query --snapshot DIR --user ID --top K      K lines "item score", best first,
+ *                                                        leaving out the items the user rated
+ *                                                        (the snapshot's user_rated list)
+ *                  [--exclude ID,ID,...]                 ... nor those items
+ *                  [--include-seen]                      ... listing the rated items too
  *   --json prints the same as one JSON value.
  *
  * Reads through libmfsnap only (the serving API), like any other client would: top-K is
  * mfs_snap_topk_ex's default path (the int8 scan with exact rescoring; docs/READER.md).
  * An --exclude list is split at commas, so a string id holding a comma cannot be named
- * there. --user, --item, --top, --exclude and --json are not configuration keys: they are taken out of argv before
+ * there. --user, --item, --top, --exclude, --include-seen and --json are not configuration keys: they are taken out of argv before
  * the rest goes to the configuration chain (which gives --snapshot / snapshot.dir).
  */
 #include <errno.h>
@@ -27,9 +30,11 @@
 #define QUERY_TOP_MAX 1000
 
 static const char query_usage[] =
-	"usage: mfstream query --snapshot DIR --user ID [--item ID | --top K [--exclude ID,ID,...]] [--json]\n"
+	"usage: mfstream query --snapshot DIR --user ID [--item ID | --top K [--exclude ID,ID,...] [--include-seen]]\n"
+	"                      [--json]\n"
 	"       mfstream query --snapshot DIR --item ID [--json]\n"
-	"ids: a canonical decimal is a u64 id; anything else (or \"str:...\") is a string id\n";
+	"ids: a canonical decimal is a u64 id; anything else (or \"str:...\") is a string id\n"
+	"--top leaves out the items the snapshot lists as rated by the user; --include-seen keeps them\n";
 
 
 
@@ -152,7 +157,7 @@ static long parse_exclude(char *list, mfs_snap_id_t *ids, size_t cap)
 }
 
 static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, size_t k, const mfs_snap_id_t *ex,
-                     size_t n_ex, int json)
+                     size_t n_ex, int include_seen, int json)
 {
 	mfs_snap_hit_t *hits = malloc(k * sizeof *hits);
 	size_t n = 0;
@@ -160,7 +165,7 @@ static int print_top(mfs_snap_t *s, const char *utext, const mfs_snap_id_t *u, s
 		fprintf(stderr, "mfstream query: out of memory\n");
 		return 1;
 	}
-	mfs_snap_topk_opts_t opts = {ex, n_ex, 0};
+	mfs_snap_topk_opts_t opts = {ex, n_ex, include_seen ? MFS_SNAP_TOPK_INCLUDE_SEEN : 0u};
 	int rc = mfs_snap_topk_ex(s, u, k, &opts, hits, &n, NULL);
 	if (rc) {
 		if (rc == MFS_ENOTFOUND)
@@ -204,6 +209,7 @@ int mfs_cmd_query(int argc, char **argv)
 		return 2;
 	}
 	int json = mfs_cmd_take_bool(&ac, av, "--json");
+	int include_seen = mfs_cmd_take_bool(&ac, av, "--include-seen");
 	mfs_conf_t conf;
 	int n_pos = 0;
 	if (mfs_cmd_conf("query", ac, av, NULL, &conf, NULL, 0, &n_pos))
@@ -222,8 +228,9 @@ int mfs_cmd_query(int argc, char **argv)
 		fprintf(stderr, "mfstream query: give --user ID [--item ID | --top K], or --item ID\n%s", query_usage);
 		goto out;
 	}
-	if (exclude && !top) {
-		fprintf(stderr, "mfstream query: --exclude goes with --top\n%s", query_usage);
+	if ((exclude || include_seen) && !top) {
+		fprintf(stderr, "mfstream query: --%s goes with --top\n%s", exclude ? "exclude" : "include-seen",
+		        query_usage);
 		goto out;
 	}
 	if (exclude) {
@@ -266,7 +273,7 @@ int mfs_cmd_query(int argc, char **argv)
 		goto out;
 	}
 	if (top)
-		ret = print_top(s, user, &uid, (size_t)k, ex, (size_t)n_ex, json);
+		ret = print_top(s, user, &uid, (size_t)k, ex, (size_t)n_ex, include_seen, json);
 	else if (user && item)
 		ret = print_predict(s, user, &uid, item, &iid, json);
 	else if (user)

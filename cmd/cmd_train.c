@@ -128,6 +128,44 @@ static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, c
 
 enum { SNAP_MODE_NEW, SNAP_MODE_REPLACE, SNAP_MODE_APPEND }; /* snapshot.mode */
 
+struct by_time {
+	int64_t ts;
+	size_t j;
+};
+
+static int by_time_cmp(const void *pa, const void *pb)
+{
+	const struct by_time *a = pa, *b = pb;
+	if (a->ts != b->ts)
+		return a->ts < b->ts ? -1 : 1;
+	return (a->j > b->j) - (a->j < b->j);
+}
+
+/* The items each user rated (snapshot.seen_items, issue 20): every training rating goes into the
+ * tracker in event-time order (file order between equal times, and for files without times), so
+ * each user's list ends with their latest. The sort is skipped when the file is in time order. */
+static int rated_from_train(const mfs_ratings_t *t, const mfs_model_t *m, uint32_t max, mfs_snap_rated_t **out)
+{
+	struct by_time *o = NULL;
+	size_t j;
+	int rc = mfs_snap_rated_init(max, out);
+	for (j = 1; !rc && t->ts && j < t->n && t->ts[j - 1] <= t->ts[j]; j++)
+		;
+	if (!rc && t->ts && j < t->n) {
+		if (!(o = malloc(t->n * sizeof *o)))
+			return ENOMEM;
+		for (j = 0; j < t->n; j++)
+			o[j] = (struct by_time){t->ts[j], j};
+		qsort(o, t->n, sizeof *o, by_time_cmp);
+	}
+	for (j = 0; !rc && j < t->n; j++) {
+		const size_t x = o ? o[j].j : j;
+		rc = mfs_snap_rated_add(*out, m, t->u[x], t->i[x]);
+	}
+	free(o);
+	return rc;
+}
+
 /* What an environment's writer leaves in its directory; anything else is someone's file. */
 static int snap_own_file(const char *name)
 {
@@ -217,6 +255,7 @@ int mfs_cmd_train(int argc, char **argv)
 	mfs_snap_writer_t *w = NULL;
 	mfs_ratings_t train = {0}, test = {0}, valid = {0};
 	saved_model_t best_model = {0};
+	mfs_snap_rated_t *rated = NULL;
 
 	if (!*c.train_input) {
 		fprintf(stderr, "mfstream train: --input FILE (train.input) is required\n");
@@ -250,6 +289,7 @@ int mfs_cmd_train(int argc, char **argv)
 		.test_fraction = test_file ? 0.0 : c.train_test_fraction,
 		.valid_fraction = c.train_validation_fraction,
 		.split_seed = (uint64_t)c.train_split_seed,
+		.keep_ts = w && c.snapshot_seen_items > 0,
 	};
 	mfs_rfile_stats_t st_train, st_test;
 	double t_load = mfs_now_s();
@@ -257,6 +297,15 @@ int mfs_cmd_train(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "mfstream train: %s\n", *err ? err : mfs_strerror(rc));
 		goto out;
+	}
+	if (w && c.snapshot_seen_items > 0) { /* the lists go into the snapshot with the model */
+		if ((rc = rated_from_train(&train, m, (uint32_t)c.snapshot_seen_items, &rated))) {
+			fprintf(stderr, "mfstream train: rated items: %s\n", mfs_strerror(rc));
+			goto out;
+		}
+		free(train.ts); /* the times served only this */
+		train.ts = NULL;
+		train.keep_ts = 0;
 	}
 	t_load = mfs_now_s() - t_load;
 	mfs_info("train", "msg=\"data loaded\" file=%s format=%s lines=%llu train=%zu validation=%zu test=%zu rejected=%llu users=%u items=%u mu=%.4f seconds=%.2f",
@@ -376,7 +425,8 @@ int mfs_cmd_train(int argc, char **argv)
 	/* snapshots */
 	if (w) {
 		mfs_snap_info_t info = {.learning_rate = hp.lr, .last_loss = last_train, .rating_min = c.rating_min,
-		                        .rating_max = c.rating_max, .replace = c.snapshot_mode == SNAP_MODE_REPLACE};
+		                        .rating_max = c.rating_max, .replace = c.snapshot_mode == SNAP_MODE_REPLACE,
+		                        .rated = rated, .rated_merge = 0};
 		uint64_t seq = 0;
 		double t0 = mfs_now_s();
 		if ((rc = mfs_snap_publish(w, m, &info, &seq, err, sizeof err))) {
@@ -398,6 +448,7 @@ int mfs_cmd_train(int argc, char **argv)
 	exit_code = 0;
 out:
 	mfs_snap_writer_close(w);
+	mfs_snap_rated_free(rated);
 	if (e) {
 		mfs_engine_resident_free(e, strain);
 		mfs_engine_resident_free(e, svalid);

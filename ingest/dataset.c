@@ -31,6 +31,7 @@ void mfs_ratings_free(mfs_ratings_t *rs)
 	free(rs->u);
 	free(rs->i);
 	free(rs->r);
+	free(rs->ts);
 	memset(rs, 0, sizeof *rs);
 }
 
@@ -49,6 +50,12 @@ static int ratings_resize(mfs_ratings_t *rs, size_t cap)
 	if (!r)
 		return ENOMEM;
 	rs->r = r;
+	if (rs->keep_ts) {
+		int64_t *ts = realloc(rs->ts, cap * sizeof *ts);
+		if (!ts)
+			return ENOMEM;
+		rs->ts = ts;
+	}
 	rs->cap = cap;
 	return 0;
 }
@@ -68,6 +75,14 @@ int mfs_ratings_push(mfs_ratings_t *rs, uint32_t u, uint32_t i, float r)
 	return 0;
 }
 
+int mfs_ratings_push_ts(mfs_ratings_t *rs, uint32_t u, uint32_t i, float r, int64_t ts)
+{
+	int rc = mfs_ratings_push(rs, u, i, r);
+	if (!rc && rs->keep_ts)
+		rs->ts[rs->n - 1] = ts;
+	return rc;
+}
+
 void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed)
 {
 	mfs_rng_t g;
@@ -82,6 +97,11 @@ void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed)
 		rs->u[j] = tu;
 		rs->i[j] = ti;
 		rs->r[j] = tr;
+		if (rs->ts) {
+			int64_t tt = rs->ts[a];
+			rs->ts[a] = rs->ts[j];
+			rs->ts[j] = tt;
+		}
 	}
 }
 
@@ -119,7 +139,6 @@ static int cb_train(void *ctx, const mfs_id_t *user, const mfs_id_t *item, float
 	uint64_t n = c->n++;
 	uint32_t u, i;
 	int rc;
-	(void)ts;
 	mfs_ratings_t *held = NULL;
 	if (c->split && (double)mfs_mix64(c->seed, n) * 0x1p-64 < c->frac)
 		held = c->test;
@@ -138,7 +157,7 @@ static int cb_train(void *ctx, const mfs_id_t *user, const mfs_id_t *item, float
 		return cb_fail(c, rc, line, "user row");
 	if ((rc = mfs_model_item_row(c->m, item, &i)))
 		return cb_fail(c, rc, line, "item row");
-	if ((rc = mfs_ratings_push(c->train, u, i, rating)))
+	if ((rc = mfs_ratings_push_ts(c->train, u, i, rating, ts)))
 		return cb_fail(c, rc, line, "training set");
 	return 0;
 }
@@ -201,6 +220,7 @@ int mfs_dataset_load(mfs_model_t *m, const char *train_path, const char *test_pa
 	c.path = train_path;
 	c.errstr = errstr;
 	c.errstr_size = errstr_size;
+	train->keep_ts = opts->keep_ts;
 	int rc = 0;
 	if ((c.split || c.vfrac > 0) && ((rc = mfs_idmap_init(&c.pend_u)) || (rc = mfs_idmap_init(&c.pend_i)))) {
 		mfs_errf(errstr, errstr_size, rc, "dataset load: %s", mfs_strerror(rc));

@@ -21,10 +21,14 @@ typedef struct mfs_ratings {
 	float *r;
 	size_t n, cap;
 	double sum; /* sum of ratings, for mu */
+	int64_t *ts; /* event times in the file's unit (0: none), kept when keep_ts is set */
+	int keep_ts;
 } mfs_ratings_t;
 
 void mfs_ratings_free(mfs_ratings_t *rs);
 int mfs_ratings_push(mfs_ratings_t *rs, uint32_t u, uint32_t i, float r);
+/** mfs_ratings_push with the event time, stored when rs->keep_ts. */
+int mfs_ratings_push_ts(mfs_ratings_t *rs, uint32_t u, uint32_t i, float r, int64_t ts);
 static inline mfs_batch_t mfs_ratings_batch(const mfs_ratings_t *rs)
 {
 	mfs_batch_t b = {rs->u, rs->i, rs->r, rs->n};
@@ -38,6 +42,7 @@ typedef struct mfs_load_opts {
 	double test_fraction;  /* used when there is no separate test file */
 	double valid_fraction; /* of what is not test: the validation set (early stopping, model selection) */
 	uint64_t split_seed;
+	int keep_ts;           /* keep the training ratings' event times (train->ts): which are a user's latest */
 } mfs_load_opts_t;
 
 /** Load train_path (and test_path, if not NULL) into train/test (and valid). Training ids are

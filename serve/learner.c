@@ -75,6 +75,9 @@ struct mfs_learner {
 	 * held-out parts */
 	mfs_rows_t rows;
 	int rows_ok;
+	/* the items each user rated since the last snapshot (snapshot.seen_items; NULL: off): the
+	 * snapshot merges them into the users' stored lists, in its own txn */
+	mfs_snap_rated_t *rated;
 	uint32_t *tu_, *ti_, *hu_, *hi_;
 	float *tr_, *hr_;
 	size_t wcap[6];
@@ -366,6 +369,9 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 			continue;
 		}
 		sum += ev->rating;
+		/* trained or held out, the user rated the item: top-K leaves it out */
+		if (l->rated && (rc = mfs_snap_rated_add(l->rated, l->m, ru, ri)))
+			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
 			l->hi_[nh] = ri;
@@ -592,6 +598,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	mfs_snap_info_t rows = {
 		.user_rows = tu->n ? tu->rows : &none, .n_user_rows = tu->n,
 		.item_rows = ti->n ? ti->rows : &none, .n_item_rows = ti->n,
+		.rated = l->rated, .rated_merge = 1,
 	};
 	char e[512] = "";
 	if (!j->stage && !(j->stage = mfs_snap_stage_new()))
@@ -602,6 +609,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, e, sizeof e)))
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
 	mfs_model_gone_clear(l->m); /* the stage deletes them */
+	mfs_snap_rated_clear(l->rated); /* the stage has the lists (as ids) */
 	if ((rc = mfs_engine_capture(l->e, tu->rows, tu->n, mfs_snap_stage_values(j->stage, 0, NULL), ti->rows, ti->n,
 	                             mfs_snap_stage_values(j->stage, 1, NULL))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine capture: %s", mfs_strerror(rc));
@@ -911,6 +919,10 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	l->rows_ok = 1;
+	if (c->snapshot_seen_items > 0 && (rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated))) {
+		mfs_errf(errstr, es, rc, "snapshot.seen_items: %s", mfs_strerror(rc));
+		goto fail;
+	}
 	double t0 = mfs_now_s();
 	rc = mfs_snap_load(c->snapshot_dir, l->m, &l->loaded, errstr, es);
 	if (rc == MFS_ENOTFOUND) {
@@ -1025,6 +1037,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	mfs_snap_loaded_free(&l->loaded);
 	if (l->rows_ok)
 		mfs_rows_free(&l->rows);
+	mfs_snap_rated_free(l->rated);
 	mfs_parts_free(&l->offs);
 	free(l->tu_);
 	free(l->ti_);

@@ -4,6 +4,8 @@
  *   "meta"  : ASCII key -> little-endian value (types listed below)
  *   "users" : encoded external id -> row value
  *   "items" : encoded external id -> row value
+ * and optional ones: "user_seen" / "item_seen" (the writer's last-seen times) and "user_rated"
+ * (the items each user rated; MFS_SNAP_DB_USER_RATED below).
  * Encoded id: 1 tag byte, then the payload.
  *   tag 0x01 (u64):    8 bytes big-endian (so byte order = numeric order; MDB_APPEND works)
  *   tag 0x02 (string): 1..256 bytes of UTF-8
@@ -28,12 +30,16 @@
  * tracks it (model.ttl_s, model.on_full=evict) and read back at a restart; readers ignore them */
 #define MFS_SNAP_DB_USER_SEEN "user_seen"
 #define MFS_SNAP_DB_ITEM_SEEN "item_seen"
+/* the items each user rated, newest last (snapshot.seen_items; issue 20): encoded user id ->
+ * u32 LE n, then n entries of u16 LE len + len bytes of an encoded item id. Optional: readers
+ * that find no such DB, or no record for a user, exclude nothing by it */
+#define MFS_SNAP_DB_USER_RATED "user_rated"
 #define MFS_SNAP_KEY_TAG_U64 0x01
 #define MFS_SNAP_KEY_TAG_STR 0x02
 #define MFS_SNAP_KEY_MAX (1 + 256)
 #define MFS_SNAP_STR_MAX 256
 #define MFS_SNAP_DTYPE "f32"
-#define MFS_SNAP_MAX_DBS 5
+#define MFS_SNAP_MAX_DBS 6
 /* Reader slots in lock.mdb. Whoever creates the lock file fixes the table size, so the
  * writer, libmfsnap and the Python reader all ask for the same number. */
 #define MFS_SNAP_MAX_READERS 1024
@@ -150,6 +156,35 @@ static inline int mfs_snap_key_decode(const unsigned char *key, size_t size, uin
 		return MFS_SNAP_KEY_TAG_STR;
 	}
 	return 0;
+}
+
+/* ---- user_rated values ---------------------------------------------------------------- */
+/** Check a user_rated value: a u32 count, then that many entries of a u16 length (2..257)
+ *  and an encoded id, nothing after. @return the count, or -1 when malformed. */
+static inline long mfs_snap_rated_check(const unsigned char *v, size_t size)
+{
+	if (size < 4)
+		return -1;
+	const uint32_t n = mfs_snap_get_u32(v);
+	size_t pos = 4;
+	for (uint32_t j = 0; j < n; j++) {
+		if (size - pos < 2)
+			return -1;
+		const size_t len = (size_t)v[pos] | (size_t)v[pos + 1] << 8;
+		if (len < 2 || len > MFS_SNAP_KEY_MAX || size - pos - 2 < len)
+			return -1;
+		pos += 2 + len;
+	}
+	return pos == size ? (long)n : -1;
+}
+
+/** The entry at *pos of a checked user_rated value (start at *pos = 4): *key, *len; *pos moves
+ *  to the next entry. */
+static inline void mfs_snap_rated_next(const unsigned char *v, size_t *pos, const unsigned char **key, size_t *len)
+{
+	*len = (size_t)v[*pos] | (size_t)v[*pos + 1] << 8;
+	*key = v + *pos + 2;
+	*pos += 2 + *len;
 }
 
 /* ---- text form of ids (the same rules as model_store/id.c and mfsnap.py) -------------- */

@@ -31,6 +31,12 @@
  * page may reach the disk before the pages it points to); a killed process is safe in every
  * mode because the page cache outlives it. Measured in docs/BENCHMARKS.md.
  *
+ * Rated lists (issue 20; info->rated, snap_rated.h): staged as external ids with the rows, and
+ * written in the same txn after them (user key order): a train publish replaces each user's
+ * user_rated record, a serve publish merges the ratings since the last one into it (stored
+ * entries, then new; an item keeps its newest place; the last max kept), so only the users who
+ * rated are rewritten. The records of removed users are deleted with their rows.
+ *
  * n_users / n_items in meta are the number of rows in the users / items DB after the
  * commit (a partial publish leaves the rows it does not name as they were). A replacing
  * publish (info->replace, `mfstream train --snapshot.mode replace`) empties the users, items
@@ -66,6 +72,7 @@ struct mfs_snap_writer {
 	MDB_env *sw_env;
 	MDB_dbi sw_meta, sw_users, sw_items;
 	MDB_dbi sw_seen[2]; /* user_seen, item_seen */
+	MDB_dbi sw_rated;   /* user_rated */
 	char *sw_dir;
 	mfs_snap_sync_t sw_sync;
 	unsigned char *sw_val; /* one row value */
@@ -75,6 +82,19 @@ struct mfs_snap_writer {
 	size_t sw_reserved;         /* bytes of data.mdb known to have disk blocks (reserve) */
 	int sw_lock_fd;             /* DIR/writer.lock, flock'ed for the writer's life (-1: none) */
 	size_t sw_need;             /* what the publish in progress reserved beyond that */
+	/* merging a user_rated list: the entries (stored, then new) and the value written */
+	struct rated_ent *sw_rent;
+	size_t sw_rent_cap;
+	unsigned char *sw_rkeep;
+	size_t sw_rkeep_cap;
+	unsigned char *sw_rval;
+	size_t sw_rval_cap;
+};
+
+/* One entry of a user_rated list being merged: an encoded item id and its place in the list. */
+struct rated_ent {
+	const unsigned char *k;
+	size_t len, pos;
 };
 
 /* A row to write, with its external id (the sort key); row indexes the stage's values. */
@@ -106,11 +126,32 @@ struct stage_side {
 	size_t del_str_n, del_str_cap;
 };
 
+/* The users' rated lists to write (snap_rated.h), as external ids: r[j].row indexes off[], the
+ * list's entries (u16 LE length + encoded item id each, oldest first) are val[off[row] ..
+ * off[row + 1]). */
+struct stage_rated {
+	int on;        /* write lists (info->rated was given) */
+	int merge;     /* merge into the stored list (serve) rather than replace it (train) */
+	uint32_t max;  /* distinct items a list keeps */
+	struct snap_row *r;
+	size_t n, cap;
+	char *str;     /* the users' string ids */
+	size_t str_n, str_cap;
+	unsigned char *val;
+	size_t val_n, val_cap;
+	size_t *off;
+	size_t off_cap;
+	uint32_t *items; /* scratch: one list's item rows */
+	size_t items_cap;
+	int sorted;
+};
+
 struct mfs_snap_stage {
 	int k;
 	double mu;
 	uint64_t events_applied;
 	struct stage_side side[2]; /* users, items */
+	struct stage_rated rated;
 };
 
 /* A full or failing disk, in words: what is free there and what the snapshot wanted. */
@@ -205,6 +246,9 @@ void mfs_snap_writer_close(mfs_snap_writer_t *w)
 		close(w->sw_lock_fd); /* releases the lock */
 	free(w->sw_dir);
 	free(w->sw_val);
+	free(w->sw_rent);
+	free(w->sw_rkeep);
+	free(w->sw_rval);
 	mfs_snap_stage_free(w->sw_stage);
 	free(w);
 }
@@ -314,7 +358,8 @@ int mfs_snap_writer_open_sync(const char *dir, size_t map_size, mfs_snap_sync_t 
 	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USERS, MDB_CREATE, &w->sw_users)) ||
 	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEMS, MDB_CREATE, &w->sw_items)) ||
 	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USER_SEEN, MDB_CREATE, &w->sw_seen[0])) ||
-	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEM_SEEN, MDB_CREATE, &w->sw_seen[1]))) {
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_ITEM_SEEN, MDB_CREATE, &w->sw_seen[1])) ||
+	    (rc = mdb_dbi_open(txn, MFS_SNAP_DB_USER_RATED, MDB_CREATE, &w->sw_rated))) {
 		rc = lmdb_fail(w, rc, "dbi_open", errstr, errstr_size);
 		goto fail;
 	}
@@ -585,7 +630,80 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s)
 		free(s->side[j].del);
 		free(s->side[j].del_str);
 	}
+	free(s->rated.r);
+	free(s->rated.str);
+	free(s->rated.val);
+	free(s->rated.off);
+	free(s->rated.items);
 	free(s);
+}
+
+/* Copy the lists of tracker t (snap_rated.h) into sr as external ids: users whose row changed
+ * hands, and items likewise, are left out (snap_rated.c); a user left with no item too. */
+static int rated_fill(struct stage_rated *sr, const mfs_model_t *m, const mfs_snap_rated_t *t, int merge,
+                      char *errstr, size_t es)
+{
+	sr->n = sr->str_n = sr->val_n = 0;
+	sr->sorted = 0;
+	sr->on = t != NULL;
+	/* room a burst of lists left (a snapshot put off while many users rated) is given back: the
+	 * buffers grow again by doubling, which costs little beside writing that many lists */
+	if (sr->val_cap > ((size_t)1 << 20) || sr->cap > STAGE_KEEP_ROWS) {
+		free(sr->val), sr->val = NULL, sr->val_cap = 0;
+		free(sr->r), sr->r = NULL, sr->cap = 0;
+		free(sr->off), sr->off = NULL, sr->off_cap = 0;
+		free(sr->str), sr->str = NULL, sr->str_cap = 0;
+	}
+	if (!t)
+		return 0;
+	sr->merge = merge;
+	sr->max = mfs_snap_rated_max(t);
+	const size_t nl = mfs_snap_rated_users(t);
+	if (mfs_grow((void **)&sr->items, &sr->items_cap, sr->max, sizeof *sr->items) ||
+	    mfs_grow((void **)&sr->r, &sr->cap, nl ? nl : 1, sizeof *sr->r) ||
+	    mfs_grow((void **)&sr->off, &sr->off_cap, nl + 1, sizeof *sr->off))
+		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu rated lists", nl);
+	sr->off[0] = 0;
+	for (size_t j = 0; j < nl; j++) {
+		uint32_t u;
+		const size_t ni = mfs_snap_rated_list(t, m, j, &u, sr->items);
+		if (!ni)
+			continue;
+		mfs_id_t id = mfs_idmap_key(m->users, u);
+		if (id.kind == MFS_ID_STR && (id.len == 0 || id.len > MFS_SNAP_STR_MAX))
+			return mfs_errf(errstr, es, MFS_EIDLEN, "user row %u: string id of %u bytes", u, (unsigned)id.len);
+		if (id.kind == MFS_ID_STR) {
+			if (mfs_grow((void **)&sr->str, &sr->str_cap, sr->str_n + id.len, 1))
+				return mfs_errf(errstr, es, ENOMEM, "out of memory for rated lists");
+			memcpy(sr->str + sr->str_n, id.str, id.len);
+			id.str = NULL;
+			id.num = sr->str_n; /* offset until the arena is final */
+			sr->str_n += id.len;
+		}
+		if (mfs_grow((void **)&sr->val, &sr->val_cap, sr->val_n + ni * (2 + MFS_SNAP_KEY_MAX), 1))
+			return mfs_errf(errstr, es, ENOMEM, "out of memory for rated lists");
+		for (size_t x = 0; x < ni; x++) {
+			const mfs_id_t it = mfs_idmap_key(m->items, sr->items[x]);
+			unsigned char *p = sr->val + sr->val_n;
+			size_t len;
+			if (it.kind == MFS_ID_U64)
+				len = mfs_snap_key_u64(p + 2, it.num);
+			else if (it.len >= 1 && it.len <= MFS_SNAP_STR_MAX)
+				len = mfs_snap_key_str(p + 2, it.str, it.len);
+			else
+				continue;
+			p[0] = (unsigned char)len;
+			p[1] = (unsigned char)(len >> 8);
+			sr->val_n += 2 + len;
+		}
+		sr->r[sr->n].id = id;
+		sr->r[sr->n].row = (uint32_t)sr->n;
+		sr->off[++sr->n] = sr->val_n;
+	}
+	for (size_t j = 0; j < sr->n; j++)
+		if (sr->r[j].id.kind == MFS_ID_STR)
+			sr->r[j].id.str = sr->str + sr->r[j].id.num, sr->r[j].id.num = 0;
+	return 0;
 }
 
 static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, int copy,
@@ -601,8 +719,10 @@ static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_
 	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, tr ? m->seen[1] : NULL, m->k, m->n_items,
 	                    info->item_rows, info->n_item_rows, copy, errstr, errstr_size)) ||
 	    (rc = side_gone(&s->side[0], m, 0, "user", errstr, errstr_size)) ||
-	    (rc = side_gone(&s->side[1], m, 1, "item", errstr, errstr_size))) {
+	    (rc = side_gone(&s->side[1], m, 1, "item", errstr, errstr_size)) ||
+	    (rc = rated_fill(&s->rated, m, info->rated, info->rated_merge, errstr, errstr_size))) {
 		s->side[0].n = s->side[1].n = 0;
+		s->rated.n = 0;
 		s->side[0].n_del = s->side[1].n_del = 0;
 		return rc;
 	}
@@ -718,6 +838,130 @@ static int delete_rows(MDB_txn *txn, MDB_dbi dbi, MDB_dbi seen_dbi, const struct
 			return rc;
 	}
 	return 0;
+}
+
+/* Delete the rated lists of the users ss lists as removed: a deleted user leaves none behind. */
+static int delete_rated(MDB_txn *txn, MDB_dbi dbi, const struct stage_side *ss)
+{
+	unsigned char kbuf[MFS_SNAP_KEY_MAX];
+	for (size_t j = 0; j < ss->n_del; j++) {
+		const mfs_id_t *id = &ss->del[j];
+		MDB_val key = {id->kind == MFS_ID_U64 ? mfs_snap_key_u64(kbuf, id->num) : mfs_snap_key_str(kbuf, id->str, id->len),
+		               kbuf};
+		int rc = mdb_del(txn, dbi, &key, NULL);
+		if (rc && rc != MDB_NOTFOUND)
+			return rc;
+	}
+	return 0;
+}
+
+/* by item id bytes, then by place in the list */
+static int rated_ent_cmp(const void *pa, const void *pb)
+{
+	const struct rated_ent *a = pa, *b = pb;
+	int c = memcmp(a->k, b->k, a->len < b->len ? a->len : b->len);
+	if (c)
+		return c;
+	if (a->len != b->len)
+		return a->len < b->len ? -1 : 1;
+	return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* Append the entries of a user_rated list (v, size, checked) to w->sw_rent from *n on. */
+static int rated_ents(mfs_snap_writer_t *w, const unsigned char *v, size_t size, size_t count, size_t *n)
+{
+	if (mfs_grow((void **)&w->sw_rent, &w->sw_rent_cap, *n + count, sizeof *w->sw_rent))
+		return ENOMEM;
+	for (size_t pos = 4, j = 0; j < count && pos < size; j++, (*n)++) {
+		struct rated_ent *e = &w->sw_rent[*n];
+		mfs_snap_rated_next(v, &pos, &e->k, &e->len);
+		e->pos = *n;
+	}
+	return 0;
+}
+
+/* Write the stage's rated lists (sorted by user key) into dbi. A list keeps the last sr->max
+ * distinct items, newest last: entries are the stored list's (when merging) then the new ones,
+ * an item rated again keeps only its newest place. A stored value that is malformed is not
+ * merged (it is replaced, with a warning): the lists are advisory, the snapshot goes on. */
+static int write_rated(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct stage_rated *sr)
+{
+	unsigned char kbuf[MFS_SNAP_KEY_MAX];
+	int rc = 0;
+	if (!sr->on || !sr->n)
+		return 0;
+	for (size_t j = 0; j < sr->n && rc == 0; j++) {
+		const mfs_id_t *id = &sr->r[j].id;
+		MDB_val key = {id->kind == MFS_ID_U64 ? mfs_snap_key_u64(kbuf, id->num) : mfs_snap_key_str(kbuf, id->str, id->len),
+		               kbuf}, old;
+		size_t n = 0;
+		if (sr->merge) {
+			rc = mdb_get(txn, dbi, &key, &old);
+			if (rc == 0) {
+				long c = mfs_snap_rated_check(old.mv_data, old.mv_size);
+				if (c < 0)
+					mfs_warn("snap", "msg=\"malformed user_rated record replaced\" bytes=%zu", old.mv_size);
+				else if ((rc = rated_ents(w, old.mv_data, old.mv_size, (size_t)c, &n)))
+					return rc;
+			} else if (rc != MDB_NOTFOUND) {
+				return rc;
+			}
+			rc = 0;
+		}
+		/* the new entries: the stage's bytes have the value's entry layout without the count */
+		const size_t a = sr->off[sr->r[j].row], b = sr->off[sr->r[j].row + 1];
+		size_t cnt = 0;
+		for (size_t pos = a; pos < b; cnt++)
+			pos += 2 + ((size_t)sr->val[pos] | (size_t)sr->val[pos + 1] << 8);
+		if (mfs_grow((void **)&w->sw_rent, &w->sw_rent_cap, n + cnt, sizeof *w->sw_rent))
+			return ENOMEM;
+		for (size_t pos = a; pos < b; n++) {
+			struct rated_ent *e = &w->sw_rent[n];
+			e->len = (size_t)sr->val[pos] | (size_t)sr->val[pos + 1] << 8;
+			e->k = sr->val + pos + 2;
+			e->pos = n;
+			pos += 2 + e->len;
+		}
+		/* keep each item's newest place only, then the last max of those */
+		if (mfs_grow((void **)&w->sw_rkeep, &w->sw_rkeep_cap, n ? n : 1, 1))
+			return ENOMEM;
+		memset(w->sw_rkeep, 0, n);
+		qsort(w->sw_rent, n, sizeof *w->sw_rent, rated_ent_cmp);
+		for (size_t x = 0; x < n; x++) /* the last of a run of one item is its newest */
+			if (x + 1 == n || w->sw_rent[x].len != w->sw_rent[x + 1].len ||
+			    memcmp(w->sw_rent[x].k, w->sw_rent[x + 1].k, w->sw_rent[x].len) != 0)
+				w->sw_rkeep[w->sw_rent[x].pos] = 1;
+		/* sw_rent is sorted by item now; put the entries back by place to write them in order */
+		if (mfs_grow((void **)&w->sw_rval, &w->sw_rval_cap, 4 + n * (2 + MFS_SNAP_KEY_MAX), 1))
+			return ENOMEM;
+		struct rated_ent *byp = w->sw_rent;
+		for (size_t x = 0; x < n;) { /* cycle sort by pos: pos is a permutation of 0..n-1 */
+			if (byp[x].pos == x) {
+				x++;
+				continue;
+			}
+			struct rated_ent t = byp[byp[x].pos];
+			byp[byp[x].pos] = byp[x];
+			byp[x] = t;
+		}
+		size_t kept = 0;
+		for (size_t x = 0; x < n; x++)
+			kept += w->sw_rkeep[x];
+		size_t skip = kept > sr->max ? kept - sr->max : 0, out = 4, nout = 0;
+		for (size_t x = 0; x < n; x++) {
+			if (!w->sw_rkeep[x] || (skip && skip--))
+				continue;
+			w->sw_rval[out] = (unsigned char)byp[x].len;
+			w->sw_rval[out + 1] = (unsigned char)(byp[x].len >> 8);
+			memcpy(w->sw_rval + out + 2, byp[x].k, byp[x].len);
+			out += 2 + byp[x].len;
+			nout++;
+		}
+		mfs_snap_put_u32(w->sw_rval, (uint32_t)nout);
+		MDB_val v = {out, w->sw_rval};
+		rc = nout ? mdb_put(txn, dbi, &key, &v, 0) : 0;
+	}
+	return rc;
 }
 
 static int write_rows(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, MDB_dbi seen_dbi, const struct stage_side *ss,
@@ -865,13 +1109,15 @@ static int publish_txn(mfs_snap_writer_t *w, MDB_txn *txn, const mfs_snap_stage_
 		return rc;
 	if (info->replace && ((rc = mdb_drop(txn, w->sw_users, 0)) || (rc = mdb_drop(txn, w->sw_items, 0)) ||
 	                      (rc = mdb_drop(txn, w->sw_meta, 0)) || (rc = mdb_drop(txn, w->sw_seen[0], 0)) ||
-	                      (rc = mdb_drop(txn, w->sw_seen[1], 0))))
+	                      (rc = mdb_drop(txn, w->sw_seen[1], 0)) || (rc = mdb_drop(txn, w->sw_rated, 0))))
 		return rc;
 
 	if ((rc = delete_rows(txn, w->sw_users, w->sw_seen[0], &m->side[0])) ||
 	    (rc = delete_rows(txn, w->sw_items, w->sw_seen[1], &m->side[1])) ||
 	    (rc = write_rows(w, txn, w->sw_users, w->sw_seen[0], &m->side[0], m->k)) ||
-	    (rc = write_rows(w, txn, w->sw_items, w->sw_seen[1], &m->side[1], m->k)))
+	    (rc = write_rows(w, txn, w->sw_items, w->sw_seen[1], &m->side[1], m->k)) ||
+	    (rc = delete_rated(txn, w->sw_rated, &m->side[0])) ||
+	    (rc = write_rated(w, txn, w->sw_rated, &m->rated)))
 		return rc;
 	MDB_stat su, si;
 	if ((rc = mdb_stat(txn, w->sw_users, &su)) || (rc = mdb_stat(txn, w->sw_items, &si)))
@@ -937,6 +1183,9 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		return rc;
 	side_sort(&m->side[0]);
 	side_sort(&m->side[1]);
+	if (!m->rated.sorted && m->rated.n) /* user key order: the puts walk the B-tree forward */
+		qsort(m->rated.r, m->rated.n, sizeof *m->rated.r, row_cmp);
+	m->rated.sorted = 1;
 	if (w->sw_fatal)
 		return mfs_errf(errstr, errstr_size, MFS_EFATAL, "snapshot writer on %s is unusable after a fatal "
 		                                                 "LMDB error", w->sw_dir);
@@ -959,7 +1208,11 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		mfs_warn("snap", "msg=\"cleared stale reader slots\" count=%d", dead);
 
 	/* 2. one txn; retried whole after growing the map */
-	if ((rc = reserve(w, nu + ni, vbytes, errstr, errstr_size)))
+	/* the rated lists as rows of vbytes: the new entries, and as much again stored (u64 ids) */
+	const size_t nr = m->rated.on ? (m->rated.val_n + m->rated.n * (4 + (size_t)m->rated.max * 11)) / vbytes +
+	                                    m->rated.n
+	                              : 0;
+	if ((rc = reserve(w, nu + ni + nr, vbytes, errstr, errstr_size)))
 		return rc;
 	uint64_t s = 0, n_users = 0, n_items = 0;
 	for (int attempt = 0;; attempt++) {
@@ -996,7 +1249,7 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		if ((rc = mfs_fault("snapshot.grow")) || (rc = mdb_env_set_mapsize(w->sw_env, grown)))
 			return lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
 		mfs_info("snap", "msg=\"map full, doubled\" map_size=%zu", grown);
-		if ((rc = reserve(w, nu + ni, vbytes, errstr, errstr_size)))
+		if ((rc = reserve(w, nu + ni + nr, vbytes, errstr, errstr_size)))
 			return rc;
 	}
 	if (seq)

@@ -12,6 +12,7 @@
 
 #include "common/offsets.h"
 #include "model_store/store.h"
+#include "snapshots/snap_rated.h"
 
 typedef struct mfs_snap_writer mfs_snap_writer_t;
 
@@ -44,6 +45,13 @@ typedef struct mfs_snap_info {
 	 * never a mix; seq goes on from the old one. k must still match: readers size their
 	 * buffers by it (mfs_snap_user's vec), so it never changes in a directory */
 	int replace;
+	/* the items users rated (snapshot.seen_items; the user_rated DB): the lists this tracker
+	 * holds are staged with the rows and written in the same txn (NULL: none are written).
+	 * rated_merge = 1 (serve): the tracker holds the ratings since the last snapshot, merged
+	 * into each stored list; 0 (train): it holds them all, each list replaces the stored one.
+	 * Either way a list keeps the last mfs_snap_rated_max() distinct items, newest last. */
+	const mfs_snap_rated_t *rated;
+	int rated_merge;
 } mfs_snap_info_t;
 
 /** When a commit reaches the disk (config key snapshot.sync). */

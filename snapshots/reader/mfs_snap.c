@@ -214,6 +214,7 @@ static void env_destroy(struct snap_env *e)
 	pthread_rwlock_destroy(&e->e_maplock);
 	pthread_mutex_destroy(&e->e_cache_lock);
 	pthread_mutex_destroy(&e->e_build_lock);
+	pthread_mutex_destroy(&e->e_dbi_lock);
 	free(e);
 }
 
@@ -232,6 +233,7 @@ static int env_create(const char *dir, const struct stat *st, struct snap_env **
 	/* default mutexes cannot fail to initialise on Linux; env_destroy destroys all three */
 	pthread_mutex_init(&e->e_cache_lock, NULL);
 	pthread_mutex_init(&e->e_build_lock, NULL);
+	pthread_mutex_init(&e->e_dbi_lock, NULL);
 	e->e_dev = st->st_dev;
 	e->e_ino = st->st_ino;
 	e->e_refs = 1;
@@ -278,6 +280,11 @@ static int env_create(const char *dir, const struct stat *st, struct snap_env **
 		}
 		goto lmdb_fail;
 	}
+	/* optional (docs/SNAPSHOT_FORMAT.md): absent in environments an older writer made */
+	if ((rc = mdb_dbi_open(txn, MFS_SNAP_DB_USER_RATED, 0, &e->e_rated)) == 0)
+		atomic_store(&e->e_rated_ok, 1);
+	else if (rc != MDB_NOTFOUND)
+		goto lmdb_fail;
 	/* committing a read txn keeps the DBI handles open for every later txn */
 	rc = mdb_txn_commit(txn);
 	txn = NULL;
@@ -532,6 +539,32 @@ int mfs_snap_meta_each(struct mfs_snap *s, mfs_snap_meta_fn fn, void *ctx)
 }
 
 /* ---- rows --------------------------------------------------------------------------------------- */
+int snap_rated_dbi(mfs_snap_t *s, MDB_dbi *dbi)
+{
+	struct snap_env *e = s->sn_env;
+	if (!atomic_load(&e->e_rated_ok)) {
+		if (atomic_load(&e->e_rated_seq) == s->sn_meta.seq)
+			return 0;
+		pthread_mutex_lock(&e->e_dbi_lock);
+		MDB_txn *t;
+		if (!atomic_load(&e->e_rated_ok) && mdb_txn_begin(e->e_env, NULL, MDB_RDONLY, &t) == 0) {
+			MDB_dbi d;
+			if (mdb_dbi_open(t, MFS_SNAP_DB_USER_RATED, 0, &d) == 0) {
+				if (mdb_txn_commit(t) == 0) /* a committed read txn keeps the DBI */
+					e->e_rated = d, atomic_store(&e->e_rated_ok, 1);
+			} else {
+				mdb_txn_abort(t);
+			}
+		}
+		atomic_store(&e->e_rated_seq, s->sn_meta.seq);
+		pthread_mutex_unlock(&e->e_dbi_lock);
+		if (!atomic_load(&e->e_rated_ok))
+			return 0;
+	}
+	*dbi = e->e_rated;
+	return 1;
+}
+
 int snap_row_find(mfs_snap_t *s, MDB_dbi dbi, const mfs_snap_id_t *id, const unsigned char **row)
 {
 	unsigned char key[MFS_SNAP_KEY_MAX];

@@ -95,7 +95,8 @@ MFS_SNAP_API int mfs_snap_item(mfs_snap_t *s, const mfs_snap_id_t *id, float *bi
 MFS_SNAP_API int mfs_snap_predict(mfs_snap_t *s, const mfs_snap_id_t *user, const mfs_snap_id_t *item,
                                   float *out, int *known);
 /** The k best items for user by predicted score (unclipped), best first; equal scores go
- *  to the smaller encoded key. The fast path (mfs_snap_topk_ex with no options).
+ *  to the smaller encoded key; the items the snapshot lists as rated by the user are left out
+ *  (MFS_SNAP_TOPK_INCLUDE_SEEN). The fast path (mfs_snap_topk_ex with no options).
  *  @param[in]  s      handle
  *  @param[in]  user   the user
  *  @param[in]  k      how many items (any size; k > n_items gives them all)
@@ -113,10 +114,16 @@ enum {
 	/** Neither build nor use the item cache: stream every row from LMDB inside the call's
 	 *  txn and score it (the reference path; no memory beyond k hits). */
 	MFS_SNAP_TOPK_NOCACHE = 1u << 1,
+	/** Also return the items the user rated. By default top-K leaves out the items the
+	 *  snapshot lists as rated by the user (its user_rated database, written where
+	 *  snapshot.seen_items > 0; docs/SNAPSHOT_FORMAT.md), as if they were in the exclude list;
+	 *  a snapshot without that database or without a list for the user excludes nothing. */
+	MFS_SNAP_TOPK_INCLUDE_SEEN = 1u << 2,
 };
 
 typedef struct mfs_snap_topk_opts {
-	const mfs_snap_id_t *exclude; /* items never returned (e.g. already seen); unknown ids are ignored */
+	const mfs_snap_id_t *exclude; /* items never returned, besides the user's rated ones (see
+	                                 MFS_SNAP_TOPK_INCLUDE_SEEN); unknown ids are ignored */
 	size_t n_exclude;
 	unsigned flags;               /* MFS_SNAP_TOPK_* */
 } mfs_snap_topk_opts_t;
@@ -127,14 +134,17 @@ enum { MFS_SNAP_PATH_INT8 = 1, MFS_SNAP_PATH_EXACT = 2, MFS_SNAP_PATH_NOCACHE = 
 typedef struct mfs_snap_topk_stats {
 	uint64_t seq;          /* the snapshot the answer comes from */
 	uint64_t n_items;      /* items in it */
-	uint64_t n_excluded;   /* exclude ids found among them (after removing repeats) */
+	uint64_t n_excluded;   /* exclude ids found among them (after removing repeats), the
+	                          user's rated items included */
 	uint64_t n_scored;     /* items scored exactly: the int8 path's candidates, else n_items */
 	int path;              /* MFS_SNAP_PATH_* */
 	int refreshed;         /* 1 if this call built the item cache (a new snapshot) */
 	double refresh_ms;     /* if so, how long that took */
 } mfs_snap_topk_stats_t;
 
-/** Top-K with options: an exclude list and the path flags.
+/** Top-K with options: an exclude list and the flags (paths, MFS_SNAP_TOPK_INCLUDE_SEEN).
+ *  Unless opts->flags has MFS_SNAP_TOPK_INCLUDE_SEEN, the user's rated items (read in the
+ *  same txn as the user's row) are excluded as well.
  *  The cache follows the snapshot: a call that sees a new seq first rebuilds it (a full scan
  *  of the items, inside that call's read txn; calls on other handles of the same directory
  *  wait for it); mfs_snap_cache_refresh does it ahead of time. If the cache cannot be
@@ -147,7 +157,7 @@ typedef struct mfs_snap_topk_stats {
  *  @param[out] n_out  hits written: min(k, n_items - excluded found)
  *  @param[out] stats  optional (NULL): how the call went
  *  @return 0, MFS_ENOTFOUND (unknown user), MFS_EINVAL, MFS_EIDLEN (a bad user or exclude id),
- *          ENOMEM, MFS_EFORMAT, MFS_ELMDB. */
+ *          ENOMEM, MFS_EFORMAT (also a malformed rated list), MFS_ELMDB. */
 MFS_SNAP_API int mfs_snap_topk_ex(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k,
                                   const mfs_snap_topk_opts_t *opts, mfs_snap_hit_t *out, size_t *n_out,
                                   mfs_snap_topk_stats_t *stats);

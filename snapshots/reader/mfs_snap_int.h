@@ -61,6 +61,10 @@ struct snap_env {
 	unsigned e_refs;
 	MDB_env *e_env;
 	MDB_dbi e_meta, e_users, e_items;
+	MDB_dbi e_rated;              /* user_rated, when e_rated_ok */
+	_Atomic int e_rated_ok;       /* the environment has a user_rated DB (an older writer's has not) */
+	_Atomic uint64_t e_rated_seq; /* the snapshot of the last failed try to open it */
+	pthread_mutex_t e_dbi_lock;   /* mdb_dbi_open calls, one at a time (LMDB's rule) */
 	pthread_rwlock_t e_maplock;   /* shared: a txn is live; exclusive: remapping */
 	pthread_mutex_t e_cache_lock; /* guards e_cache and every c_refs */
 	pthread_mutex_t e_build_lock; /* one cache build at a time */
@@ -118,6 +122,10 @@ void snap_end(mfs_snap_t *s);
 /** Find id in dbi inside the live txn; *row points at the raw value (4 * (1 + k) bytes).
  *  @return 0, MFS_ENOTFOUND, MFS_EFORMAT, MFS_EIDLEN, MFS_EINVAL, MFS_ELMDB. */
 int snap_row_find(mfs_snap_t *s, MDB_dbi dbi, const mfs_snap_id_t *id, const unsigned char **row);
+/** The user_rated DBI, opened at the environment's open or, once per new snapshot until it
+ *  exists, in a short txn of its own (a DBI opened after the live txn began is not valid in
+ *  it: mdb_get then says EINVAL, read as "no list"). @return 1 and *dbi, or 0 when absent. */
+int snap_rated_dbi(mfs_snap_t *s, MDB_dbi *dbi);
 /** Grow *buf to hold n elements of size bytes. @return 0 or ENOMEM. */
 int snap_grow(void **buf, size_t *cap, size_t n, size_t size);
 /** Monotonic milliseconds. */

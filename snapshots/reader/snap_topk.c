@@ -505,6 +505,40 @@ out:
 	return rc;
 }
 
+/* Append the user's rated items (the user_rated record, in the live txn) to the call's nx
+ * exclude keys: *nx grows by their count. No DB or no record: nothing. */
+static int seen_keys(mfs_snap_t *s, const mfs_snap_id_t *user, size_t *nx)
+{
+	MDB_dbi dbi;
+	unsigned char key[MFS_SNAP_KEY_MAX];
+	MDB_val kv, v;
+	if (!snap_rated_dbi(s, &dbi))
+		return 0;
+	int rc = snap_key(user, key, &kv);
+	if (rc)
+		return rc;
+	rc = mdb_get(s->sn_txn, dbi, &kv, &v);
+	if (rc == MDB_NOTFOUND || rc == EINVAL) /* EINVAL: the DBI is newer than this txn */
+		return 0;
+	if (rc)
+		return snap_err(rc);
+	const long n = mfs_snap_rated_check(v.mv_data, v.mv_size);
+	if (n < 0)
+		return MFS_EFORMAT;
+	if (n && snap_grow((void **)&s->sn_xkeys, &s->sn_xkeys_cap, *nx + (size_t)n, sizeof *s->sn_xkeys))
+		return ENOMEM;
+	size_t pos = 4;
+	for (long j = 0; j < n; j++) {
+		const unsigned char *k;
+		size_t len;
+		mfs_snap_rated_next(v.mv_data, &pos, &k, &len);
+		struct snap_xkey *x = &s->sn_xkeys[(*nx)++];
+		x->len = len;
+		memcpy(x->key, k, len);
+	}
+	return 0;
+}
+
 /* One attempt: begin, read the user, get the cache of this snapshot, scan. @return EAGAIN
  * (only if !last_try) when another thread's rebuild overtook our txn: try again. */
 static int topk_once(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k, size_t nx, unsigned flags, int last_try,
@@ -516,6 +550,9 @@ static int topk_once(mfs_snap_t *s, const mfs_snap_id_t *user, size_t k, size_t 
 	const mfs_snap_meta_t *m = &s->sn_meta;
 	const unsigned char *ru;
 	if ((rc = snap_row_find(s, s->sn_env->e_users, user, &ru)) || k == 0)
+		goto end;
+	/* the user's rated items join the exclude list, from the same snapshot as the row */
+	if (!(flags & MFS_SNAP_TOPK_INCLUDE_SEEN) && (rc = seen_keys(s, user, &nx)))
 		goto end;
 	if (snap_grow((void **)&s->sn_vec, &s->sn_vec_cap, m->k, sizeof *s->sn_vec)) {
 		rc = ENOMEM;

@@ -5,8 +5,13 @@
  * same directory. From the snapshot that covers the deletions on, and after the restart, the
  * deleted ids are absent for every reader (libmfsnap lookups; the meta's row counts) while the
  * others are there; more ratings by other users do not bring them back; a deleted user that
- * rates again is there once more, afresh. */
+ * rates again is there once more, afresh.
+ * The users' rated lists (user_rated, snapshot.seen_items; issue 20) go the same way: every user
+ * who rated has one; a deleted user's goes in the snapshot that deletes the row; a rating streamed
+ * after the restart lands at the end of its user's list in the next snapshot, merged with the
+ * list stored before; the deleted user who rates again starts a fresh list. */
 #include "serve_help.h"
+#include "rated_help.h"
 
 #define N_PARTS 4
 #define DEL_USERS 40
@@ -87,6 +92,16 @@ static int present(const char *dir, int ent, int from, int to)
 	return n;
 }
 
+/* How many of users from..to have a user_rated list in dir. */
+static int lists(const char *dir, int from, int to)
+{
+	char buf[8192];
+	int n = 0;
+	for (int j = from; j <= to; j++)
+		n += strcmp(list_u64(dir, (uint64_t)j, buf, sizeof buf), "-") != 0;
+	return n;
+}
+
 static void test_deleted_ids_stay_deleted(void)
 {
 	sh_env_t v;
@@ -102,6 +117,10 @@ static void test_deleted_ids_stay_deleted(void)
 	const int u_before = present(snap, 0, 1, DEL_USERS), i_before = present(snap, 1, 1, DEL_ITEMS);
 	fprintf(stderr, "  before: %d of users 1..%d, %d of items 1..%d\n", u_before, DEL_USERS, i_before, DEL_ITEMS);
 	TEST_ASSERT(u_before > DEL_USERS / 2 && i_before == DEL_ITEMS);
+	TEST_EQ_INT(lists(snap, 1, DEL_USERS), u_before); /* every user who rated has a list */
+	char keep[8192], now[8192];
+	list_u64(snap, DEL_USERS + 1, keep, sizeof keep); /* merged with later ratings below */
+	TEST_ASSERT_MSG(strcmp(keep, "-") != 0 && strcmp(keep, "?") != 0, "user %d has a list: %s", DEL_USERS + 1, keep);
 
 	produce_deletes(bs, topic, 0, DEL_USERS);
 	produce_deletes(bs, topic, 1, DEL_ITEMS);
@@ -114,6 +133,7 @@ static void test_deleted_ids_stay_deleted(void)
 	TEST_EQ_INT(meta_u64(snap, "items_deleted"), i_before);
 	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
 	TEST_EQ_INT(present(snap, 1, 1, DEL_ITEMS), 0);
+	TEST_EQ_INT(lists(snap, 1, DEL_USERS), 0); /* no list left behind */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
@@ -133,12 +153,28 @@ static void test_deleted_ids_stay_deleted(void)
 	TEST_ASSERT_MSG(!died && s.events == total + more, "applied %" PRIu64 " of %" PRIu64, s.events, total + more);
 	TEST_EQ_INT(present(snap, 0, 1, DEL_USERS), 0);
 	TEST_EQ_INT(present(snap, 1, 1, DEL_ITEMS), 0);
+	TEST_EQ_INT(lists(snap, 1, DEL_USERS), 0);
+	/* user DEL_USERS+1 rated items 6, 206, 106, 6, ... (j = 0, 500, ...; the last 6 at j = 4500):
+	 * the stored list, less those, then 206,106,6 (the newest place of each) */
+	{
+		char want[8192] = "", *save = NULL, *ids[128];
+		size_t o = 0, n = 0;
+		for (char *t = strtok_r(keep, ",", &save); t && n < 125; t = strtok_r(NULL, ",", &save))
+			if (strcmp(t, "6") && strcmp(t, "106") && strcmp(t, "206"))
+				ids[n++] = t;
+		ids[n++] = "206", ids[n++] = "106", ids[n++] = "6";
+		for (size_t j = n > 100 ? n - 100 : 0; j < n; j++) /* snapshot.seen_items = 100 */
+			o += (size_t)snprintf(want + o, sizeof want - o, "%s%s", o ? "," : "", ids[j]);
+		TEST_STR_EQ(list_u64(snap, DEL_USERS + 1, now, sizeof now), want);
+	}
 	/* user 1 rates again: there once more */
 	const mfs_event_t back = {.user = mfs_id_u64(1), .item = mfs_id_u64(DEL_ITEMS + 1), .rating = 4.0f};
 	send_events(bs, topic, &back, 1);
 	s = sh_wait_events(snap, pid, total + more + 1, 60, &died);
 	TEST_EQ_INT(present(snap, 0, 1, 1), 1);
 	TEST_EQ_INT(present(snap, 0, 2, DEL_USERS), 0);
+	TEST_STR_EQ(list_u64(snap, 1, now, sizeof now), "6"); /* afresh: only the new rating */
+	TEST_EQ_INT(lists(snap, 2, DEL_USERS), 0);
 	TEST_EQ_INT(sh_stop(pid, 30), 0);
 	fprintf(stderr, "  %d users and %d items deleted, absent after kill -9 and restart and %" PRIu64
 	        " more events; user 1 back after one rating\n", u_before, i_before, more);

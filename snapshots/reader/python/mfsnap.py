@@ -9,8 +9,10 @@ proof that docs/SNAPSHOT_FORMAT.md is enough to read a snapshot in another langu
     snap.meta()                  # {'format_version': 1, 'k': 64, 'seq': 12, ..., 'offset/ratings/0': 991}
     bias, vec = snap.user(42)    # u64 id; snap.user("alice") / snap.user("str:42") for strings
     snap.predict(42, "item-7")   # clipped; unknown ids fall back to mu + the known biases
-    snap.topk(42, 10)            # [(item_id, score), ...] best first
-    snap.topk(42, 10, exclude=[7, "item-3"])   # never returns those (e.g. already seen)
+    snap.topk(42, 10)            # [(item_id, score), ...] best first, none the user rated
+    snap.topk(42, 10, exclude=[7, "item-3"])   # nor those
+    snap.topk(42, 10, include_seen=True)       # the items the user rated may come back too
+    snap.rated(42)               # the items the snapshot lists as rated by 42, newest last
     snap.staleness()             # (seq, age_ms) of the current snapshot
 
 Ids: an int is a u64 id. A str is the id's text form, parsed like the C tools do: a
@@ -37,8 +39,10 @@ CLI:
     mfsnap.py DIR                              the meta record as JSON
     mfsnap.py DIR --user ID | --item ID        {"user": ..., "bias": ..., "factors": [...]}
     mfsnap.py DIR --user ID --item ID          the prediction (one number)
-    mfsnap.py DIR --user ID --top K            K lines "item score", best first
-              [--exclude ID,ID,...]            ... never listing those items
+    mfsnap.py DIR --user ID --top K            K lines "item score", best first, leaving out
+                                               the items the user rated (user_rated)
+              [--exclude ID,ID,...]            ... nor those items
+              [--include-seen]                 ... listing the rated items too
     mfsnap.py DIR --dump                       every row: "users|items <id> <float32 bits in hex>..."
 An error is one line on stderr, "mfsnap: ...", naming the directory, id or flag: exit 1, or
 2 for bad arguments (as `mfstream query`).
@@ -231,7 +235,7 @@ class Snapshot:
         _check_size(self.path)
         # lock=True: the writer must see our reader slots (never read without them)
         try:
-            self._env = lmdb.open(self.path, readonly=True, lock=True, max_dbs=3,
+            self._env = lmdb.open(self.path, readonly=True, lock=True, max_dbs=4,
                                   max_readers=MAX_READERS, subdir=True, create=False)
         except lmdb.Error as e:
             raise SnapshotError("LMDB: %s" % e) from None   # py-lmdb names the path
@@ -250,6 +254,8 @@ class Snapshot:
             self._env.close()
             raise SnapshotNotFound("no snapshot in %s yet (no meta database)" % self.path) from None
         self._meta_db, self._users, self._items = dbs
+        self._rated_db = None       # user_rated: optional (an older writer's snapshots lack it)
+        self._rated_tried = None    # the seq of the last try to open it
         self._cache = None          # _ItemCache of the last snapshot top-K saw
         try:
             with self._txn() as txn:
@@ -404,18 +410,76 @@ class Snapshot:
             meta = self._read_meta(txn)
         return meta["seq"], int(time.time() * 1000) - meta["wall_time_ms"]
 
-    def topk(self, user, k, exclude=()):
+    def _rated(self, seq):
+        """The user_rated DBI, or None while the environment has none. Opened without a txn
+        (py-lmdb commits the one it opens it in), so only between our txns; tried again once
+        per new snapshot until it exists."""
+        if self._rated_db is None and self._rated_tried != seq:
+            self._rated_tried = seq
+            for _ in range(16):
+                try:
+                    self._rated_db = self._env.open_db(b"user_rated", create=False)
+                    break
+                except lmdb.NotFoundError:
+                    break
+                except lmdb.MapResizedError:
+                    self._env.set_mapsize(0)
+        return self._rated_db
+
+    def _rated_keys(self, txn, db, user):
+        """The encoded item keys of user's user_rated record (oldest first), [] if none."""
+        if db is None:
+            return []
+        try:
+            raw = txn.get(encode_key(user), db=db)
+        except lmdb.Error:              # a DBI newer than this txn (like libmfsnap's EINVAL)
+            return []
+        if raw is None:
+            return []
+        raw = bytes(raw)
+        if len(raw) < 4:
+            raise SnapshotError("malformed user_rated record of %d bytes" % len(raw))
+        n, pos, keys = struct.unpack_from("<I", raw)[0], 4, []
+        for _ in range(n):
+            if len(raw) - pos < 2:
+                raise SnapshotError("malformed user_rated record")
+            ln = struct.unpack_from("<H", raw, pos)[0]
+            if ln < 2 or ln > ID_MAX + 1 or len(raw) - pos - 2 < ln:
+                raise SnapshotError("malformed user_rated record")
+            keys.append(raw[pos + 2:pos + 2 + ln])
+            pos += 2 + ln
+        if pos != len(raw):
+            raise SnapshotError("malformed user_rated record (trailing bytes)")
+        return keys
+
+    def rated(self, user):
+        """The items the snapshot lists as rated by user (snapshot.seen_items), oldest first:
+        [] when it has no list for the user, or no user_rated database."""
+        with self._txn() as txn:
+            seq = self._read_meta(txn)["seq"]
+        db = self._rated(seq)
+        with self._txn() as txn:
+            return [decode_key(key) for key in self._rated_keys(txn, db, user)]
+
+    def topk(self, user, k, exclude=(), include_seen=False):
         """The k best items for user by unclipped score, best first: [(item_id, score)].
-        Ties go to the smaller key. Items in `exclude` (ids; unknown ones are ignored) are
+        Ties go to the smaller key. Items in `exclude` (ids; unknown ones are ignored) and,
+        unless include_seen, the items the snapshot lists as rated by the user (rated()) are
         never returned. KeyError if the user is unknown."""
         if k < 0:
             raise ValueError("k < 0")
         ex_keys = [encode_key(x) for x in exclude]
+        db = self._rated_db
+        if not include_seen and db is None:   # not open (yet): try once per new snapshot
+            with self._txn() as txn:
+                db = self._rated(self._read_meta(txn)["seq"])
         with self._txn() as txn:
             meta = self._read_meta(txn)
             ru = self._row(txn, self._users, user, meta["k"])
             if ru is None:
                 raise KeyError("user %s is not in the snapshot" % format_id(parse_id(user)))
+            if not include_seen:        # the same txn as the row: one snapshot
+                ex_keys += self._rated_keys(txn, db, user)
             cache = self._item_cache(txn, meta)
         n = len(cache.keys)
         if k == 0 or n == 0:
@@ -566,12 +630,16 @@ def _main(argv):
     ap.add_argument("--item")
     ap.add_argument("--top", type=int)
     ap.add_argument("--exclude", help="with --top: comma-separated item ids never to list")
+    ap.add_argument("--include-seen", action="store_true",
+                    help="with --top: list the items the user rated too (left out by default)")
     ap.add_argument("--dump", action="store_true", help="every row, float32 bits in hex")
     a = ap.parse_args(argv)
     if a.top is not None and (a.user is None or a.item is not None or a.top < 1):
         ap.error("--top K (K >= 1) needs --user and no --item")
     if a.exclude is not None and a.top is None:
         ap.error("--exclude needs --top")
+    if a.include_seen and a.top is None:
+        ap.error("--include-seen needs --top")
     for flag, text in (("--user", a.user), ("--item", a.item)):
         if text is not None:
             _cli_id(flag, text)
@@ -587,7 +655,7 @@ def _main(argv):
                 for ident, bias, vec in snap.rows(which):
                     print(which, format_id(ident), _bits(bias), *(_bits(x) for x in vec.tolist()))
         elif a.user is not None and a.top is not None:
-            for ident, score in snap.topk(a.user, a.top, exclude):
+            for ident, score in snap.topk(a.user, a.top, exclude, include_seen=a.include_seen):
                 print("%s %.9g" % (format_id(ident), score))
         elif a.user is not None and a.item is not None:
             known = []

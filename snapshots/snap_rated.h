@@ -1,0 +1,53 @@
+/* snap_rated.h - the items each user rated lately, kept for the snapshot's user_rated database
+ * (docs/SNAPSHOT_FORMAT.md; snapshot.seen_items): readers leave them out of the user's top-K
+ * by default (docs/READER.md). Issue 20.
+ *
+ * A tracker keeps, per user row, the item rows of that user's last `max` ratings since it was
+ * last cleared (a ring), with the generation of both rows (model_store/life.h: a freed row that
+ * a new id took names another id, so an entry whose row changed hands is dropped). A snapshot
+ * stage takes the lists as external ids (mfs_snap_stage_fill / _fill_ids with
+ * mfs_snap_info_t.rated); the caller then clears the tracker. `mfstream serve` so holds only
+ * the ratings since the last snapshot, and the writer merges them into the stored lists;
+ * `mfstream train` adds every training rating and the writer stores the lists whole.
+ *
+ * Memory: 4 bytes per user row (the index), 24 bytes per user rated since the clear, 8 bytes
+ * per kept rating (capacity doubles up to `max`): at most 4 U + (24 + 8 max) R bytes for U user
+ * rows and R users rated since the clear (R <= U); after a clear only the index stays.
+ *
+ * Threads: none of its own; one thread (the learner, or train's) adds, stages and clears.
+ */
+#ifndef MFS_SNAP_RATED_H
+#define MFS_SNAP_RATED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_store/store.h"
+
+typedef struct mfs_snap_rated mfs_snap_rated_t;
+
+/** A tracker keeping the last max (1..65535) ratings per user. @return 0, MFS_EINVAL, ENOMEM. */
+int mfs_snap_rated_init(uint32_t max, mfs_snap_rated_t **out);
+void mfs_snap_rated_free(mfs_snap_rated_t *r);
+/** The ratings kept per user. */
+uint32_t mfs_snap_rated_max(const mfs_snap_rated_t *r);
+/** Note that the user of row u (of model m) rated the item of row i. MFS_ROW_NONE on either
+ *  side is ignored. @return 0 or ENOMEM (the rating is not kept). */
+int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, uint32_t i);
+/** Users with ratings kept since the last clear. */
+size_t mfs_snap_rated_users(const mfs_snap_rated_t *r);
+/** Bytes the tracker holds now. */
+size_t mfs_snap_rated_bytes(const mfs_snap_rated_t *r);
+/** Forget every kept rating (after a stage took them); the per-row index keeps its size, the
+ *  lists are freed. */
+void mfs_snap_rated_clear(mfs_snap_rated_t *r);
+
+/** One user's kept list as m's rows, oldest first: the user row, and up to max item rows in
+ *  items[] (the caller's, room for max). Entries whose user or item row changed hands (or
+ *  died) since they were added are left out. @return the items written; 0 also when the
+ *  user row no longer holds the user the list was kept for (*user = MFS_ROW_NONE then).
+ *  j < mfs_snap_rated_users(r). */
+size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size_t j, uint32_t *user,
+                           uint32_t *items);
+
+#endif

@@ -1,0 +1,220 @@
+/* test_snap_rated.c - the items each user rated (issue 20): the tracker (snapshots/snap_rated.h),
+ * the user_rated records the writer makes of it (docs/SNAPSHOT_FORMAT.md) and libmfsnap's top-K,
+ * which leaves them out unless MFS_SNAP_TOPK_INCLUDE_SEEN.
+ *
+ *   ring      a tracker keeps each user's last max ratings, oldest first
+ *   merge     serve's publishes merge the ratings since the last one into the stored list: a
+ *             re-rated item moves to the end, the list keeps the last max distinct items;
+ *             train's (rated_merge = 0) replace it; string ids on both sides
+ *   delete    a deleted user's list is deleted in the publish that deletes the row; the id
+ *             rating again starts a fresh list; a deleted item leaves the lists the tracker
+ *             still holds (its row could go to another item)
+ *   topk      the default answer is the INCLUDE_SEEN answer without the listed items, on every
+ *             path (int8, exact, no cache), and is the answer with the list as exclude list
+ */
+#include <lmdb.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "model_store/life.h"
+#include "model_store/store.h"
+#include "snapshots/reader/mfs_snap.h"
+#include "snapshots/snap_format.h"
+#include "snapshots/snap_rated.h"
+#include "snapshots/snap_writer.h"
+#include "testhelp.h"
+#include "model_help.h"
+
+#include "snap_help.h"
+#include "rated_help.h"
+
+static int publish(const char *dir, const mfs_model_t *m, const mfs_snap_rated_t *r, int merge)
+{
+	mfs_snap_info_t in = info_default();
+	in.rated = r;
+	in.rated_merge = merge;
+	uint64_t seq;
+	int rc = publish_once(dir, 1 << 22, m, &in, &seq);
+	TEST_ASSERT_MSG(rc == 0, "publish: %s", errbuf);
+	return rc;
+}
+
+static void test_ring(void)
+{
+	mfs_model_t *m = model_new(4);
+	mfs_snap_rated_t *r = NULL;
+	TEST_EQ_INT(mfs_snap_rated_init(0, &r), MFS_EINVAL);
+	TEST_OK(mfs_snap_rated_init(3, &r));
+	uint32_t u = add_user(m, mfs_id_u64(7)), it[6], user, got[3];
+	for (int j = 0; j < 6; j++)
+		it[j] = add_item(m, mfs_id_u64(100 + (uint64_t)j));
+	for (int j = 0; j < 5; j++)
+		TEST_OK(mfs_snap_rated_add(r, m, u, it[j]));
+	TEST_OK(mfs_snap_rated_add(r, m, MFS_ROW_NONE, it[5])); /* ignored */
+	TEST_EQ_INT(mfs_snap_rated_users(r), 1);
+	TEST_EQ_INT(mfs_snap_rated_list(r, m, 0, &user, got), 3);
+	TEST_EQ_INT(user, u);
+	TEST_ASSERT(got[0] == it[2] && got[1] == it[3] && got[2] == it[4]); /* the last 3, oldest first */
+	const size_t full = mfs_snap_rated_bytes(r);
+	mfs_snap_rated_clear(r);
+	TEST_EQ_INT(mfs_snap_rated_users(r), 0);
+	TEST_ASSERT(mfs_snap_rated_bytes(r) < full);
+	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+static void test_merge(void)
+{
+	const char *dir = test_tmpdir();
+	char buf[4096];
+	mfs_model_t *m = model_new(4);
+	mfs_snap_rated_t *r = NULL;
+	TEST_OK(mfs_snap_rated_init(4, &r));
+	uint32_t u = add_user(m, mfs_id_u64(1)), alice = add_user(m, str_id("alice"));
+	uint32_t A = add_item(m, mfs_id_u64(10)), B = add_item(m, mfs_id_u64(11)), C = add_item(m, str_id("item-c")),
+	         D = add_item(m, mfs_id_u64(13)), E = add_item(m, mfs_id_u64(14));
+	/* serve's first snapshot: the ratings since the start */
+	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	TEST_OK(mfs_snap_rated_add(r, m, u, B));
+	TEST_OK(mfs_snap_rated_add(r, m, u, C));
+	TEST_OK(mfs_snap_rated_add(r, m, alice, C));
+	publish(dir, m, r, 1);
+	mfs_snap_rated_clear(r);
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "10,11,item-c");
+	unsigned char ak[16];
+	size_t al = mfs_snap_key_str(ak, "alice", 5);
+	TEST_STR_EQ(list_of(dir, ak, al, buf, sizeof buf), "item-c");
+	/* the next: B again, D, E -> A C B D E -> the last 4 */
+	TEST_OK(mfs_snap_rated_add(r, m, u, B));
+	TEST_OK(mfs_snap_rated_add(r, m, u, D));
+	TEST_OK(mfs_snap_rated_add(r, m, u, E));
+	publish(dir, m, r, 1);
+	mfs_snap_rated_clear(r);
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "item-c,11,13,14");
+	TEST_STR_EQ(list_of(dir, ak, al, buf, sizeof buf), "item-c"); /* untouched: as it was */
+	/* a publish with no ratings for a user leaves their list */
+	publish(dir, m, r, 1);
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "item-c,11,13,14");
+	/* train's: the list replaces the stored one; a repeat inside it counts once */
+	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	TEST_OK(mfs_snap_rated_add(r, m, u, D));
+	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	publish(dir, m, r, 0);
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "13,10");
+	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+static void test_delete(void)
+{
+	const char *dir = test_tmpdir();
+	char buf[4096];
+	mfs_model_t *m = model_new(4);
+	TEST_OK(mfs_model_life(m, 0, 0));
+	mfs_snap_rated_t *r = NULL;
+	TEST_OK(mfs_snap_rated_init(8, &r));
+	mfs_id_t uid = mfs_id_u64(5), iid = mfs_id_u64(21);
+	uint32_t u = add_user(m, uid), v = add_user(m, mfs_id_u64(6));
+	uint32_t A = add_item(m, mfs_id_u64(20)), B = add_item(m, iid);
+	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	TEST_OK(mfs_snap_rated_add(r, m, v, A));
+	publish(dir, m, r, 1);
+	mfs_snap_rated_clear(r);
+	TEST_STR_EQ(list_u64(dir, 5, buf, sizeof buf), "20");
+	/* user 5 rates B, then is deleted before the snapshot; item 21 is deleted after 6 rated it */
+	TEST_OK(mfs_snap_rated_add(r, m, u, B));
+	TEST_OK(mfs_snap_rated_add(r, m, v, B));
+	TEST_EQ_INT(mfs_model_delete(m, 0, &uid), 1);
+	TEST_EQ_INT(mfs_model_delete(m, 1, &iid), 1);
+	publish(dir, m, r, 1);
+	mfs_model_gone_clear(m);
+	TEST_STR_EQ(list_u64(dir, 5, buf, sizeof buf), "-"); /* no list left behind */
+	TEST_STR_EQ(list_u64(dir, 6, buf, sizeof buf), "20"); /* B went before the snapshot: not listed */
+	/* 5 comes back (the freed row is reused at the next batch) and rates A: a fresh list, not
+	 * the old id's entries the tracker still holds for that row (not cleared here on purpose) */
+	mfs_model_begin_batch(m, 0);
+	uint32_t u2 = add_user(m, uid);
+	TEST_EQ_INT(u2, u);
+	TEST_OK(mfs_snap_rated_add(r, m, u2, A));
+	publish(dir, m, r, 1);
+	TEST_STR_EQ(list_u64(dir, 5, buf, sizeof buf), "20");
+	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+/* One top-K through libmfsnap; hits as "id,id,..." into out. */
+static const char *topk_ids(mfs_snap_t *s, uint64_t user, size_t k, const mfs_snap_id_t *ex, size_t nx,
+                            unsigned flags, char *out, size_t cap)
+{
+	mfs_snap_hit_t hits[64];
+	size_t n = 0, o = 0;
+	mfs_snap_id_t uid = {MFS_SNAP_ID_U64, user, NULL, 0};
+	mfs_snap_topk_opts_t op = {ex, nx, flags};
+	TEST_OK(mfs_snap_topk_ex(s, &uid, k, &op, hits, &n, NULL));
+	out[0] = '\0';
+	for (size_t j = 0; j < n; j++)
+		o += (size_t)snprintf(out + o, cap - o, "%s%llu", j ? "," : "", (unsigned long long)hits[j].num);
+	return out;
+}
+
+static void test_topk(void)
+{
+	const char *dir = test_tmpdir();
+	mfs_model_t *m = model_new(8);
+	mfs_snap_rated_t *r = NULL;
+	TEST_OK(mfs_snap_rated_init(5, &r));
+	for (uint64_t u = 0; u < 3; u++)
+		add_user(m, mfs_id_u64(u));
+	for (uint64_t i = 0; i < 40; i++)
+		add_item(m, mfs_id_u64(i));
+	for (uint32_t x = 0; x < (uint32_t)m->n_users * m->k; x++)
+		m->P[x] = (float)((x * 7919u) % 13) / 13.0f - 0.5f;
+	for (uint32_t x = 0; x < (uint32_t)m->n_items * m->k; x++)
+		m->Q[x] = (float)((x * 104729u) % 17) / 17.0f - 0.5f;
+	/* user 0 rated 7 items (the last 5 are kept), user 1 none, user 2 one */
+	for (uint32_t i = 0; i < 7; i++)
+		TEST_OK(mfs_snap_rated_add(r, m, 0, i * 3));
+	TEST_OK(mfs_snap_rated_add(r, m, 2, 5));
+	publish(dir, m, r, 0);
+	mfs_snap_t *s = NULL;
+	TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+	const unsigned paths[] = {0, MFS_SNAP_TOPK_EXACT, MFS_SNAP_TOPK_NOCACHE};
+	mfs_snap_id_t seen[5];
+	for (int j = 0; j < 5; j++)
+		seen[j] = (mfs_snap_id_t){MFS_SNAP_ID_U64, (uint64_t)(j + 2) * 3, NULL, 0};
+	for (uint64_t u = 0; u < 3; u++)
+		for (size_t p = 0; p < 3; p++) {
+			char a[1024], b[1024], c[1024];
+			topk_ids(s, u, 10, NULL, 0, paths[p], a, sizeof a);
+			topk_ids(s, u, 10, NULL, 0, paths[p] | MFS_SNAP_TOPK_INCLUDE_SEEN, b, sizeof b);
+			/* the stored list given as an exclude list, the stored list itself not used */
+			const mfs_snap_id_t *ex = u == 0 ? seen : u == 2 ? &(mfs_snap_id_t){MFS_SNAP_ID_U64, 5, NULL, 0} : NULL;
+			topk_ids(s, u, 10, ex, u == 0 ? 5 : u == 2 ? 1 : 0, paths[p] | MFS_SNAP_TOPK_INCLUDE_SEEN, c, sizeof c);
+			TEST_ASSERT_MSG(strcmp(a, c) == 0, "user %llu path %u: default %s == exclude-list %s", (unsigned long long)u,
+			                paths[p], a, c);
+			if (u == 1)
+				TEST_STR_EQ(a, b);
+			else
+				TEST_ASSERT_MSG(strcmp(a, b) != 0 || u == 2, "user 0: the rated items were in the top 10");
+		}
+	/* stats count the rated items found among the excluded */
+	mfs_snap_hit_t hits[10];
+	size_t n;
+	mfs_snap_topk_stats_t st;
+	mfs_snap_id_t u0 = {MFS_SNAP_ID_U64, 0, NULL, 0};
+	TEST_OK(mfs_snap_topk_ex(s, &u0, 10, NULL, hits, &n, &st));
+	TEST_EQ_INT(st.n_excluded, 5);
+	TEST_EQ_INT(n, 10);
+	mfs_snap_close(s);
+	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+int main(void)
+{
+	TEST_RUN(test_ring);
+	TEST_RUN(test_merge);
+	TEST_RUN(test_delete);
+	TEST_RUN(test_topk);
+	return TEST_REPORT();
+}
