@@ -35,6 +35,8 @@ sleep 1
 kill -TERM "$spid"
 wait "$spid" || true
 wait "$smp" || true
+# serve's slow-snapshot lines (which part held the learner) and progress lines beside the CSV
+grep -E 'slow snapshot|msg=progress|whole tables' "$tmp/err" >"${csv%.csv}-serve.log" || true
 python3 - "$csv" <<'PY'
 import csv, statistics, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["p99_applied_s"]]
@@ -54,4 +56,4 @@ print("users at the end %s; growth intervals %d: p99 event->applied max %.3f s; 
           max(float(r["grow_s"]) for r in rows) if rows else 0,
           sorted({int(r["cap_users"]) for r in rows})))
 PY
-echo "wrote $csv"
+echo "wrote $csv (and ${csv%.csv}-serve.log)"

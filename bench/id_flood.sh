@@ -64,6 +64,7 @@ for max in ${MAX:-200000 0}; do
 	done
 	kill -TERM "$pid"
 	wait "$pid"
+	grep -E 'slow snapshot|msg=progress|msg=stopped|whole tables' "$log" >"${csv%.csv}-serve.log" || true
 	rm -rf "$d"
-	echo "wrote $csv"
+	echo "wrote $csv (and ${csv%.csv}-serve.log: serve's progress lines)"
 done

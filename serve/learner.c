@@ -120,6 +120,7 @@ struct mfs_learner {
 	double ph[MFS_LPH__COUNT], ph_t;
 	double st_next_s; /* next stats_update while idle */
 	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
+	uint64_t resets, resets_drained; /* batches whose reused rows the engine reset; of them, after a drain */
 };
 
 static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",   "grow",      "score",    "submit",
@@ -338,7 +339,12 @@ static int reset_reused(mfs_learner_t *l)
 	for (int ent = 0; ent < 2; ent++) {
 		size_t n;
 		const uint32_t *rows = mfs_model_reused(l->m, ent, &n);
-		int rc = n ? mfs_engine_reset_rows(l->e, ent, rows, n, mfs_model_reused_in_flight(l->m, ent)) : 0;
+		if (!n)
+			continue;
+		const int in_flight = mfs_model_reused_in_flight(l->m, ent);
+		int rc = mfs_engine_reset_rows(l->e, ent, rows, n, in_flight);
+		l->resets++;
+		l->resets_drained += in_flight != 0;
 		if (rc)
 			return mfs_errf(l->err, sizeof l->err, rc, "engine reset rows: %s", mfs_strerror(rc));
 	}
@@ -606,13 +612,19 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	/* the ids here; the values of only the rows this snapshot writes are captured by the engine
 	 * as of this batch boundary, and a device engine's copy of them to the host is left to the
 	 * publisher (mfs_engine_capture_wait there) */
+	const double t0 = mfs_now_s();
 	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, e, sizeof e)))
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
+	const double t1 = mfs_now_s();
 	mfs_model_gone_clear(l->m); /* the stage deletes them */
 	mfs_snap_rated_clear(l->rated); /* the stage has the lists (as ids) */
 	if ((rc = mfs_engine_capture(l->e, tu->rows, tu->n, mfs_snap_stage_values(j->stage, 0, NULL), ti->rows, ti->n,
 	                             mfs_snap_stage_values(j->stage, 1, NULL))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine capture: %s", mfs_strerror(rc));
+	const double t2 = mfs_now_s();
+	if (t2 - t0 > 0.1) /* the learner held: which part (ids and rated lists, or the engine's copy) */
+		mfs_info("serve", "msg=\"slow snapshot staging\" users=%zu items=%zu seconds=%.3f ids_s=%.3f capture_s=%.3f",
+		         tu->n, ti->n, t2 - t0, t1 - t0, t2 - t1);
 	if ((rc = mfs_grow((void **)&j->offs, &j->cap_offs, l->offs.n + 1, sizeof *j->offs)))
 		return mfs_errf(l->err, sizeof l->err, ENOMEM, "out of memory");
 	j->n_offs = 0;
@@ -712,11 +724,12 @@ static void log_progress(mfs_learner_t *l, double *last_t, uint64_t *last_ev)
 	ph_format(ph, sizeof ph, d, dt, 0, "");
 	mfs_info("serve", "msg=progress events_applied=%" PRIu64 " held_out=%" PRIu64 " events_per_s=%.0f users=%u items=%u"
 	         " snapshots=%" PRIu64 " replayed=%" PRIu64 " prequential_rmse=%.4f holdout_rmse=%.4f window_rmse=%.4f lr=%.5g ring_fill=%zu"
-	         " latency_p50_ms=%.1f latency_p99_ms=%.1f learner_busy=%.3f%s",
+	         " latency_p50_ms=%.1f latency_p99_ms=%.1f row_resets=%" PRIu64 " row_resets_drained=%" PRIu64
+	         " learner_busy=%.3f%s",
 	         l->m->events_applied, l->meta.held_out, (double)(ev - *last_ev) / (now - *last_t), l->m->n_users,
 	         l->m->n_items, l->snapshots, l->meta.replayed, l->pq_rmse_last, l->hold_rmse, l->win_rmse, l->lrc.lr,
 	         mfs_batchq_fill(l->queue), mfs_hist_quantile(&l->snap_lat, 0.5), mfs_hist_quantile(&l->snap_lat, 0.99),
-	         busy / dt, ph);
+	         l->resets, l->resets_drained, busy / dt, ph);
 	*last_t = now;
 	*last_ev = ev;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/timeutil.h"
 #include "gpu/cuda/cuda_int.h"
 
 /* gather_rows_kernel: out row j = F row rows[j] (k elements), bout[j] = b[rows[j]].
@@ -192,14 +194,17 @@ int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, cons
 	const int k = m->k;
 	const size_t n = nu + ni;
 	int rc;
+	const double t0 = mfs_now_s();
 	if ((rc = pk_quiesce(c)))
 		return rc;
+	const double t1 = mfs_now_s();
 	int on_dev = 1;
 	for (size_t j = 0; j < nu && on_dev; j++)
 		on_dev = ur[j] < c->n_u;
 	for (size_t j = 0; j < ni && on_dev; j++)
 		on_dev = ir[j] < c->n_i;
 	if (!on_dev) { /* rows grow has not given the device yet: the whole-table path, then copy */
+		mfs_info("cuda", "msg=\"snapshot capture copies the whole tables\" rows=%zu", n);
 		if ((rc = cuda_sync(e)))
 			return rc;
 		mfs_engine_copy_rows(m->bu, m->P, k, ur, nu, du);
@@ -210,6 +215,7 @@ int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, cons
 		return 0;
 	if ((rc = gather_reserve(e, n)))
 		return rc;
+	const double t2 = mfs_now_s();
 	if (!c->pk.beside && (rc = pk_stop(c)))
 		return rc;
 	if (nu)
@@ -228,7 +234,12 @@ int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, cons
 		return copy_back(c, c->stream, k);
 	}
 	c->cap_pending = 1; /* from here on close and the next capture wait for the copy */
-	return beside_wait(c, c->cap_gathered);
+	rc = beside_wait(c, c->cap_gathered);
+	const double t3 = mfs_now_s();
+	if (t3 - t0 > 0.1) /* the learner waited: where (an operator sees it as snapshot age) */
+		mfs_info("cuda", "msg=\"slow snapshot capture\" rows=%zu seconds=%.3f drain_s=%.3f reserve_s=%.3f gather_s=%.3f",
+		         n, t3 - t0, t1 - t0, t2 - t1, t3 - t2);
+	return rc;
 }
 
 int cuda_capture_wait(mfs_engine_t *e)
