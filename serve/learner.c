@@ -76,8 +76,10 @@ struct mfs_learner {
 	mfs_rows_t rows;
 	int rows_ok;
 	/* the items each user rated since the last snapshot (snapshot.seen_items; NULL: off): the
-	 * snapshot merges them into the users' stored lists, in its own txn */
-	mfs_snap_rated_t *rated;
+	 * snapshot merges them into the users' stored lists, in its own txn. A snapshot takes the
+	 * tracker whole (its writer makes the lists and clears it) and the learner goes on with the
+	 * spare, the tracker the last snapshot took */
+	mfs_snap_rated_t *rated, *rated_spare;
 	uint32_t *tu_, *ti_, *hu_, *hi_;
 	float *tr_, *hr_;
 	size_t wcap[6];
@@ -604,7 +606,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	mfs_snap_info_t rows = {
 		.user_rows = tu->n ? tu->rows : &none, .n_user_rows = tu->n,
 		.item_rows = ti->n ? ti->rows : &none, .n_item_rows = ti->n,
-		.rated = l->rated, .rated_merge = 1,
+		.rated_take = l->rated, /* the last job is done (job_finish above): the spare is free */
 	};
 	char e[512] = "";
 	if (!j->stage && !(j->stage = mfs_snap_stage_new()))
@@ -617,12 +619,14 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
 	const double t1 = mfs_now_s();
 	mfs_model_gone_clear(l->m); /* the stage deletes them */
-	mfs_snap_rated_clear(l->rated); /* the stage has the lists (as ids) */
+	mfs_snap_rated_t *taken = l->rated; /* the stage has it; its writer clears it */
+	l->rated = l->rated_spare;
+	l->rated_spare = taken;
 	if ((rc = mfs_engine_capture(l->e, tu->rows, tu->n, mfs_snap_stage_values(j->stage, 0, NULL), ti->rows, ti->n,
 	                             mfs_snap_stage_values(j->stage, 1, NULL))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine capture: %s", mfs_strerror(rc));
 	const double t2 = mfs_now_s();
-	if (t2 - t0 > 0.1) /* the learner held: which part (ids and rated lists, or the engine's copy) */
+	if (t2 - t0 > 0.1) /* the learner held: which part (ids, or the engine's copy) */
 		mfs_info("serve", "msg=\"slow snapshot staging\" users=%zu items=%zu seconds=%.3f ids_s=%.3f capture_s=%.3f",
 		         tu->n, ti->n, t2 - t0, t1 - t0, t2 - t1);
 	if ((rc = mfs_grow((void **)&j->offs, &j->cap_offs, l->offs.n + 1, sizeof *j->offs)))
@@ -932,7 +936,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	l->rows_ok = 1;
-	if (c->snapshot_seen_items > 0 && (rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated))) {
+	if (c->snapshot_seen_items > 0 && ((rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated)) ||
+	                                   (rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated_spare)))) {
 		mfs_errf(errstr, es, rc, "snapshot.seen_items: %s", mfs_strerror(rc));
 		goto fail;
 	}
@@ -1051,6 +1056,7 @@ void mfs_learner_close(mfs_learner_t *l)
 	if (l->rows_ok)
 		mfs_rows_free(&l->rows);
 	mfs_snap_rated_free(l->rated);
+	mfs_snap_rated_free(l->rated_spare);
 	mfs_parts_free(&l->offs);
 	free(l->tu_);
 	free(l->ti_);

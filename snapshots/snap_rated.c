@@ -161,3 +161,17 @@ size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size
 	}
 	return n;
 }
+
+size_t mfs_snap_rated_raw(const mfs_snap_rated_t *r, size_t j, uint32_t *user, uint16_t *ugen, uint32_t *items,
+                          uint16_t *igens)
+{
+	const struct rated_list *l = &r->rt_lists[j];
+	*user = l->rl_user;
+	*ugen = l->rl_ugen;
+	for (uint32_t x = 0; x < l->rl_n; x++) {
+		const struct rated_ent *e = &l->rl_e[l->rl_n == r->rt_max ? (l->rl_head + x) % r->rt_max : x];
+		items[x] = e->item;
+		igens[x] = e->igen;
+	}
+	return l->rl_n;
+}

@@ -14,7 +14,9 @@
  * per kept rating (capacity doubles up to `max`): at most 4 U + (24 + 8 max) R bytes for U user
  * rows and R users rated since the clear (R <= U); after a clear only the index stays.
  *
- * Threads: none of its own; one thread (the learner, or train's) adds, stages and clears.
+ * Threads: none of its own; one thread (the learner, or train's) adds, stages and clears, or
+ * (serve) adds and hands the tracker to a stage whose publishing thread reads and clears it
+ * (mfs_snap_info_t.rated_take) while the adding thread goes on with another one.
  */
 #ifndef MFS_SNAP_RATED_H
 #define MFS_SNAP_RATED_H
@@ -49,5 +51,11 @@ void mfs_snap_rated_clear(mfs_snap_rated_t *r);
  *  j < mfs_snap_rated_users(r). */
 size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size_t j, uint32_t *user,
                            uint32_t *items);
+/** List j as kept, without a model to check it against: the user row and its generation when
+ *  added, and every entry oldest first (item rows to items, their generations to igens; the
+ *  caller's, room for max each). For a thread that checks the generations itself (the snapshot
+ *  writer, against those of the rows it staged). @return the entries written. */
+size_t mfs_snap_rated_raw(const mfs_snap_rated_t *r, size_t j, uint32_t *user, uint16_t *ugen, uint32_t *items,
+                          uint16_t *igens);
 
 #endif

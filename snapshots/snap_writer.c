@@ -114,6 +114,12 @@ struct stage_side {
 	size_t str_n, str_cap;
 	int sorted; /* r[] is in key order without repeats (copied stages sort on the writer's side) */
 	int unchecked; /* v[] is filled after staging (mfs_snap_stage_fill_ids): check it publishing */
+	/* ids staged by mfs_snap_stage_fill_ids: per value row, its model row and the row's
+	 * generation (a taken rated tracker's lists are checked against them when published) */
+	uint32_t *mrow;
+	uint16_t *mgen;
+	size_t m_cap;
+	uint32_t mrow_end; /* 1 + the largest model row staged */
 	/* last-seen times (a model that tracks them): per value row as v[] (copied), or the model's */
 	uint32_t *seen;
 	size_t seen_cap;
@@ -144,6 +150,13 @@ struct stage_rated {
 	uint32_t *items; /* scratch: one list's item rows */
 	size_t items_cap;
 	int sorted;
+	/* a tracker taken as it is (mfs_snap_info_t.rated_take): turned into lists when published,
+	 * through model row -> staged row maps (1 + index, 0: not staged) and the scratch igens */
+	mfs_snap_rated_t *take;
+	uint32_t *umap, *imap;
+	size_t umap_cap, imap_cap;
+	uint16_t *igens;
+	size_t igens_cap;
 };
 
 struct mfs_snap_stage {
@@ -503,8 +516,8 @@ static void side_trim(struct stage_side *ss, size_t n, size_t w)
 }
 
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
-                     const uint32_t *seen, int k, uint32_t n_model, const uint32_t *rows, size_t n_rows, int copy,
-                     char *errstr, size_t es)
+                     const uint32_t *seen, const uint16_t *gen, int k, uint32_t n_model, const uint32_t *rows,
+                     size_t n_rows, int copy, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
@@ -535,6 +548,17 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 	}
 	if (copy && seen && mfs_grow((void **)&ss->seen, &ss->seen_cap, n, sizeof *ss->seen))
 		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+	ss->mrow_end = 0;
+	if (copy == 2 && n > ss->m_cap) {
+		uint32_t *mr = realloc(ss->mrow, n * sizeof *mr);
+		if (mr)
+			ss->mrow = mr;
+		uint16_t *mg = mr ? realloc(ss->mgen, n * sizeof *mg) : NULL;
+		if (!mg)
+			return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+		ss->mgen = mg;
+		ss->m_cap = n;
+	}
 	/* string ids: their bytes first (pointers are set once the arena stops moving) */
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -568,6 +592,12 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		ss->r[o].row = (uint32_t)o;
 		if (seen)
 			ss->seen[o] = seen[row];
+		if (copy == 2) {
+			ss->mrow[o] = row;
+			ss->mgen[o] = gen ? gen[row] : 0;
+			if (row >= ss->mrow_end)
+				ss->mrow_end = row + 1;
+		}
 		if (copy != 2) {
 			float *v = ss->v + o * w;
 			v[0] = b[row];
@@ -629,7 +659,12 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s)
 		free(s->side[j].seen);
 		free(s->side[j].del);
 		free(s->side[j].del_str);
+		free(s->side[j].mrow);
+		free(s->side[j].mgen);
 	}
+	free(s->rated.umap);
+	free(s->rated.imap);
+	free(s->rated.igens);
 	free(s->rated.r);
 	free(s->rated.str);
 	free(s->rated.val);
@@ -641,8 +676,10 @@ void mfs_snap_stage_free(mfs_snap_stage_t *s)
 /* Copy the lists of tracker t (snap_rated.h) into sr as external ids: users whose row changed
  * hands, and items likewise, are left out (snap_rated.c); a user left with no item too. */
 static int rated_fill(struct stage_rated *sr, const mfs_model_t *m, const mfs_snap_rated_t *t, int merge,
-                      char *errstr, size_t es)
+                      mfs_snap_rated_t *take, char *errstr, size_t es)
 {
+	if (take) /* taken whole: the lists are made publishing (rated_encode), merged */
+		t = take, merge = 1;
 	sr->n = sr->str_n = sr->val_n = 0;
 	sr->sorted = 0;
 	sr->on = t != NULL;
@@ -658,6 +695,10 @@ static int rated_fill(struct stage_rated *sr, const mfs_model_t *m, const mfs_sn
 		return 0;
 	sr->merge = merge;
 	sr->max = mfs_snap_rated_max(t);
+	if (take) {
+		sr->take = take;
+		return 0;
+	}
 	const size_t nl = mfs_snap_rated_users(t);
 	if (mfs_grow((void **)&sr->items, &sr->items_cap, sr->max, sizeof *sr->items) ||
 	    mfs_grow((void **)&sr->r, &sr->cap, nl ? nl : 1, sizeof *sr->r) ||
@@ -706,6 +747,87 @@ static int rated_fill(struct stage_rated *sr, const mfs_model_t *m, const mfs_sn
 	return 0;
 }
 
+/* Model row -> 1 + staged index for the rows of ss (the rest 0), in *map (grown, zeroed). */
+static int map_rows(const struct stage_side *ss, uint32_t **map, size_t *cap)
+{
+	if (ss->mrow_end > *cap) {
+		uint32_t *nm = realloc(*map, (size_t)ss->mrow_end * sizeof *nm);
+		if (!nm)
+			return ENOMEM;
+		memset(nm + *cap, 0, ((size_t)ss->mrow_end - *cap) * sizeof *nm);
+		*map = nm;
+		*cap = ss->mrow_end;
+	}
+	for (size_t o = 0; o < ss->n; o++)
+		(*map)[ss->mrow[o]] = (uint32_t)o + 1;
+	return 0;
+}
+
+static void unmap_rows(const struct stage_side *ss, uint32_t *map)
+{
+	for (size_t o = 0; o < ss->n && map; o++)
+		map[ss->mrow[o]] = 0;
+}
+
+/* The lists of a taken tracker (rated_fill with take) as external ids, on the publishing
+ * thread, before the sides are sorted (ids still at their staged index): a list's user and
+ * items are rows this snapshot writes (each rating named them since the last one), so the ids
+ * come from the stage, checked by generation like rated_fill checks them against the model.
+ * Then the tracker is cleared for the adding thread to take back. */
+static int rated_encode(mfs_snap_stage_t *s, char *errstr, size_t es)
+{
+	struct stage_rated *sr = &s->rated;
+	const struct stage_side *su = &s->side[0], *si = &s->side[1];
+	mfs_snap_rated_t *t = sr->take;
+	const size_t nl = mfs_snap_rated_users(t);
+	int rc = 0;
+	sr->take = NULL;
+	if (mfs_grow((void **)&sr->items, &sr->items_cap, sr->max, sizeof *sr->items) ||
+	    mfs_grow((void **)&sr->igens, &sr->igens_cap, sr->max, sizeof *sr->igens) ||
+	    mfs_grow((void **)&sr->r, &sr->cap, nl ? nl : 1, sizeof *sr->r) ||
+	    mfs_grow((void **)&sr->off, &sr->off_cap, nl + 1, sizeof *sr->off) ||
+	    map_rows(su, &sr->umap, &sr->umap_cap) || map_rows(si, &sr->imap, &sr->imap_cap)) {
+		rc = mfs_errf(errstr, es, ENOMEM, "out of memory for %zu rated lists", nl);
+		goto done;
+	}
+	sr->off[0] = 0;
+	for (size_t j = 0; j < nl; j++) {
+		uint32_t u;
+		uint16_t ug;
+		const size_t ne = mfs_snap_rated_raw(t, j, &u, &ug, sr->items, sr->igens);
+		const uint32_t ou = u < sr->umap_cap ? sr->umap[u] : 0;
+		if (!ou || su->mgen[ou - 1] != ug) /* freed since, or another user's row now */
+			continue;
+		if (mfs_grow((void **)&sr->val, &sr->val_cap, sr->val_n + ne * (2 + MFS_SNAP_KEY_MAX), 1)) {
+			rc = mfs_errf(errstr, es, ENOMEM, "out of memory for rated lists");
+			goto done;
+		}
+		const size_t at = sr->val_n;
+		for (size_t x = 0; x < ne; x++) {
+			const uint32_t oi = sr->items[x] < sr->imap_cap ? sr->imap[sr->items[x]] : 0;
+			if (!oi || si->mgen[oi - 1] != sr->igens[x])
+				continue;
+			const mfs_id_t it = si->r[oi - 1].id;
+			unsigned char *p = sr->val + sr->val_n;
+			const size_t len = it.kind == MFS_ID_U64 ? mfs_snap_key_u64(p + 2, it.num)
+			                                         : mfs_snap_key_str(p + 2, it.str, it.len);
+			p[0] = (unsigned char)len;
+			p[1] = (unsigned char)(len >> 8);
+			sr->val_n += 2 + len;
+		}
+		if (sr->val_n == at) /* no item left */
+			continue;
+		sr->r[sr->n].id = su->r[ou - 1].id; /* a string's bytes stay in the users' side */
+		sr->r[sr->n].row = (uint32_t)sr->n;
+		sr->off[++sr->n] = sr->val_n;
+	}
+done:
+	unmap_rows(su, sr->umap);
+	unmap_rows(si, sr->imap);
+	mfs_snap_rated_clear(t);
+	return rc;
+}
+
 static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, int copy,
                       char *errstr, size_t errstr_size)
 {
@@ -714,13 +836,15 @@ static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_
 	if (m->k < 1)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "model has k = %d", m->k);
 	const int tr = m->track;
-	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, tr ? m->seen[0] : NULL, m->k, m->n_users,
-	                    info->user_rows, info->n_user_rows, copy, errstr, errstr_size)) ||
-	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, tr ? m->seen[1] : NULL, m->k, m->n_items,
-	                    info->item_rows, info->n_item_rows, copy, errstr, errstr_size)) ||
+	s->rated.take = NULL;
+	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, tr ? m->seen[0] : NULL, m->gen[0], m->k,
+	                    m->n_users, info->user_rows, info->n_user_rows, copy, errstr, errstr_size)) ||
+	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, tr ? m->seen[1] : NULL, m->gen[1], m->k,
+	                    m->n_items, info->item_rows, info->n_item_rows, copy, errstr, errstr_size)) ||
 	    (rc = side_gone(&s->side[0], m, 0, "user", errstr, errstr_size)) ||
 	    (rc = side_gone(&s->side[1], m, 1, "item", errstr, errstr_size)) ||
-	    (rc = rated_fill(&s->rated, m, info->rated, info->rated_merge, errstr, errstr_size))) {
+	    (rc = rated_fill(&s->rated, m, info->rated, info->rated_merge, copy == 2 ? info->rated_take : NULL, errstr,
+	                     errstr_size))) {
 		s->side[0].n = s->side[1].n = 0;
 		s->rated.n = 0;
 		s->side[0].n_del = s->side[1].n_del = 0;
@@ -1178,6 +1302,8 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 	int rc;
 	if (!w || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_publish: NULL argument");
+	if (m->rated.take && (rc = rated_encode(m, errstr, errstr_size)))
+		return rc;
 	if ((rc = side_check_values(&m->side[0], "user", m->k, errstr, errstr_size)) ||
 	    (rc = side_check_values(&m->side[1], "item", m->k, errstr, errstr_size)))
 		return rc;

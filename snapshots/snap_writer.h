@@ -52,6 +52,13 @@ typedef struct mfs_snap_info {
 	 * Either way a list keeps the last mfs_snap_rated_max() distinct items, newest last. */
 	const mfs_snap_rated_t *rated;
 	int rated_merge;
+	/* instead of rated (serve, mfs_snap_stage_fill_ids): the stage takes this tracker as it is,
+	 * and mfs_snap_publish_stage, on the publishing thread, turns its lists into ids (through
+	 * the rows the stage holds, checked by generation: each rating named a row the snapshot
+	 * writes), merges them into the stored ones and clears it. The caller adds to another
+	 * tracker meanwhile and takes this one back once the publish returned. Staging a list per
+	 * user on the learner's thread held it about 0.3 us a user (docs/BENCHMARKS.md, growth). */
+	mfs_snap_rated_t *rated_take;
 } mfs_snap_info_t;
 
 /** When a commit reaches the disk (config key snapshot.sync). */

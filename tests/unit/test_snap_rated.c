@@ -9,6 +9,9 @@
  *   delete    a deleted user's list is deleted in the publish that deletes the row; the id
  *             rating again starts a fresh list; a deleted item leaves the lists the tracker
  *             still holds (its row could go to another item)
+ *   take      serve's way: the stage takes the tracker whole (rated_take) with the rows' ids, and
+ *             the publish makes the same lists from the staged rows, leaves out a rating whose
+ *             item row changed hands since, and clears the tracker
  *   topk      the default answer is the INCLUDE_SEEN answer without the listed items, on every
  *             path (int8, exact, no cache), and is the answer with the list as exclude list
  */
@@ -101,6 +104,67 @@ static void test_merge(void)
 	TEST_OK(mfs_snap_rated_add(r, m, u, A));
 	publish(dir, m, r, 0);
 	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "13,10");
+	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+/* Stage ids as serve does (mfs_snap_stage_fill_ids over the rows rated, values filled after),
+ * the tracker taken whole, then publish it. */
+static void publish_taken(const char *dir, const mfs_model_t *m, mfs_snap_rated_t *r, const uint32_t *ur, size_t nu,
+                          const uint32_t *ir, size_t ni)
+{
+	mfs_snap_writer_t *w = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 22, &w, errbuf, sizeof errbuf));
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st);
+	mfs_snap_info_t in = info_default();
+	in.user_rows = ur, in.n_user_rows = nu, in.item_rows = ir, in.n_item_rows = ni;
+	in.rated_take = r;
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	for (int side = 0; side < 2; side++) {
+		size_t n;
+		float *v = mfs_snap_stage_values(st, side, &n);
+		for (size_t x = 0; x < n * (size_t)(1 + m->k); x++)
+			v[x] = 0.5f;
+	}
+	uint64_t seq;
+	int rc = mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf);
+	TEST_ASSERT_MSG(rc == 0, "publish: %s", errbuf);
+	mfs_snap_stage_free(st);
+	mfs_snap_writer_close(w);
+}
+
+static void test_take(void)
+{
+	const char *dir = test_tmpdir();
+	char buf[4096];
+	mfs_model_t *m = model_new(4);
+	mfs_snap_rated_t *r = NULL;
+	TEST_OK(mfs_snap_rated_init(4, &r));
+	uint32_t u = add_user(m, mfs_id_u64(1)), alice = add_user(m, str_id("alice"));
+	uint32_t A = add_item(m, mfs_id_u64(10)), B = add_item(m, str_id("item-b")), C = add_item(m, mfs_id_u64(12));
+	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	TEST_OK(mfs_snap_rated_add(r, m, u, B));
+	TEST_OK(mfs_snap_rated_add(r, m, alice, B));
+	TEST_OK(mfs_snap_rated_add(r, m, alice, C));
+	/* C leaves and its row goes to another item before the snapshot: alice's C is not that one */
+	mfs_model_begin_batch(m, 1);
+	mfs_id_t c = mfs_id_u64(12);
+	TEST_EQ_INT(mfs_model_delete(m, 1, &c), 1);
+	mfs_model_begin_batch(m, 2);
+	TEST_EQ_INT(add_item(m, mfs_id_u64(99)), C);
+	const uint32_t ur[] = {u, alice}, ir[] = {A, B, C};
+	publish_taken(dir, m, r, ur, 2, ir, 3);
+	TEST_EQ_INT(mfs_snap_rated_users(r), 0); /* cleared by the publish */
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "10,item-b");
+	unsigned char ak[16];
+	size_t al = mfs_snap_key_str(ak, "alice", 5);
+	TEST_STR_EQ(list_of(dir, ak, al, buf, sizeof buf), "item-b");
+	/* the next publish merges, as the tracker given to mfs_snap_publish does */
+	TEST_OK(mfs_snap_rated_add(r, m, u, C));
+	const uint32_t ur2[] = {u}, ir2[] = {C};
+	publish_taken(dir, m, r, ur2, 1, ir2, 1);
+	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "10,item-b,99");
 	mfs_snap_rated_free(r);
 	mfs_model_free(m);
 }
@@ -214,6 +278,7 @@ int main(void)
 {
 	TEST_RUN(test_ring);
 	TEST_RUN(test_merge);
+	TEST_RUN(test_take);
 	TEST_RUN(test_delete);
 	TEST_RUN(test_topk);
 	return TEST_REPORT();
