@@ -519,7 +519,7 @@ static ALWAYS_INLINE int dec_ts(dec_t *d, long idx, mfs_event_t *e)
 static int dec_op(dec_t *d, long idx, mfs_event_t *e)
 {
 	const uint8_t *at = d->p;
-	mp_val_t v;
+	mp_val_t v = {0}; /* mp_read sets s only for strings; zeroed so -O3 sees no uninitialized read */
 	if (mp_read(&d->p, d->end, &v))
 		return dec_truncated(d, at);
 	if (v.kind != MP_STR || v.n != 6 || memcmp(v.s, "delete", 6) != 0)
@@ -539,7 +539,7 @@ static int dec_map_event(dec_t *d, long idx, uint32_t n, mfs_event_t *e)
 	e->op = MFS_OP_RATE;
 	for (uint32_t k = 0; k < n; k++) {
 		const uint8_t *at = d->p;
-		mp_val_t key;
+		mp_val_t key = {0};
 		int f;
 		if (MFS_LIKELY(d->end - at >= 2 && at[0] == 0xa1)) { /* fixstr of 1 byte: how packers write keys */
 			f = at[1];
