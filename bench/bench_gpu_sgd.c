@@ -12,9 +12,11 @@
  * RMSE measured on one machine is a target for a GPU run on another.
  * Prints one table row per run (median epoch updates/s over the first E epochs, bytes per
  * update, achieved GB/s next to the device-to-device copy bandwidth measured in the same
- * process, test RMSE after E epochs) and appends it to the CSV. Bytes per update: rating 12 +
- * p and q read and written (4 k x element size) + biases read and written 16 = 16k + 28 in
- * fp32, 8k + 28 in fp16 (--dtype).
+ * process, test RMSE after E epochs) and appends it to the CSV. Bytes per update, iid order:
+ * rating 12 + p and q read and written (4 k x element size) + biases read and written 16 =
+ * 16k + 28 in fp32, 8k + 28 in fp16 (--dtype); user runs (the CUDA engine's default): q read
+ * and written + b_i 8 + item and value 8, and p and b_u once per run, spread over the set's
+ * mean run length (mean_run).
  *
  * Hyperparameters: lr 0.02 (--lr), lambda_p = lambda_q = 0.04, bias lambdas 0.02, fixed rate.
  *
@@ -31,6 +33,9 @@
  * bench_cuda_ring_epoch in bench/ring_feed.cu): the kernel fed from the ring against one launch over the set,
  * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
  * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
+ * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
+ * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
+ * default (user runs; runs.cu says how long).
  */
 #include <math.h>
 #include <pthread.h>
@@ -160,6 +165,21 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Ratings per run of the CUDA engine's user runs (runs.cu) with runs of at most run_max. */
+static double mean_run(const uint32_t *U, size_t n, long users, long run_max)
+{
+	uint32_t *cnt = calloc((size_t)users, sizeof *cnt);
+	if (!cnt)
+		return 1;
+	for (size_t x = 0; x < n; x++)
+		cnt[U[x]]++;
+	double runs = 0;
+	for (long u = 0; u < users; u++)
+		runs += (cnt[u] + run_max - 1) / run_max;
+	free(cnt);
+	return runs > 0 ? (double)n / runs : 1;
+}
+
 /* Train one engine on the set for E epochs (more with a target), print and record a row. */
 static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp16, const char *variant,
                        uint32_t *U, uint32_t *I, float *R, size_t ntrain, uint32_t *TU, uint32_t *TI, float *TR,
@@ -171,6 +191,10 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	mfs_engine_conf_t ec = {is_cuda ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, (int)o->threads, 0, 0, 42,
 	                        fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, ring, strncmp(variant, "ringfull", 8) != 0};
 	bench_experiments(&ec); /* --set engine.cuda.* / engine.cpu.* */
+	if (ring || !strncmp(variant, "iid", 3)) /* iid order (the ring feeds the set's order as it is) */
+		ec.cuda_user_runs = -1;
+	else if (!strncmp(variant, "runs", 4) && atoi(variant + 4) > 0) /* runsN: runs of at most N ratings */
+		ec.cuda_user_runs = atoi(variant + 4);
 	const char *at = strchr(variant, '@'); /* NAME@C: engine.cuda.plain_c = C (0: atomic deltas everywhere) */
 	if (at && at[1])
 		ec.cuda_plain_c = atof(at + 1) > 0 ? atof(at + 1) : -1;
@@ -219,7 +243,14 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	qsort(ups, (size_t)o->epochs, sizeof *ups, cmp_double);
 	double med = ups[o->epochs / 2];
 	free(ups);
-	double bpu = (fp16 ? 8.0 : 16.0) * (double)o->k + 28;
+	/* bytes per update: iid, p and q read and written (4 k es) + rating 12 + biases 16; user
+	 * runs, q read and written + b_i 8 + rating 8, and p and b_u once per run (runs.cu) */
+	const double es = fp16 ? 2.0 : 4.0, row = 2 * es * (double)o->k;
+	/* the engine's default run length is at least a group's share (~1e4 here): no user is cut */
+	const long run_max = ec.cuda_user_runs < 0 ? 0 : ec.cuda_user_runs > 0 ? ec.cuda_user_runs : 1L << 30;
+	double bpu = 2 * row + 28;
+	if (is_cuda && run_max)
+		bpu = row + 16 + (row + 8) / mean_run(U, ntrain, o->users, run_max);
 	double gbs = med * bpu / 1e9;
 	char hit[64] = "-";
 	if (ep_hit)

@@ -42,6 +42,7 @@ static void bench_experiments(mfs_engine_conf_t *ec)
 	mfs_engine_conf_from(&bench_conf, &x);
 	ec->cuda_rows_per_warp = x.cuda_rows_per_warp;
 	ec->cuda_plain_c = x.cuda_plain_c;
+	ec->cuda_user_runs = x.cuda_user_runs;
 	ec->cuda_pk_blocks_per_sm = x.cuda_pk_blocks_per_sm;
 	ec->cuda_pk_stop_for_loss = x.cuda_pk_stop_for_loss;
 	ec->cuda_pk_carveout = x.cuda_pk_carveout;

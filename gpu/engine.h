@@ -64,6 +64,8 @@ typedef struct mfs_engine_conf {
 	int cuda_rows_per_warp;    /* cap the Hogwild grid at rows / this many warps */
 	double cuda_plain_c;       /* rows held by at most this many warps at once take plain stores:
 	                              0 = the default (0.1), < 0 = none (atomic deltas everywhere) */
+	int cuda_user_runs;        /* resident epochs: a user's ratings in runs of at most this many,
+	                              0 = the default, -1 = off (iid order, one rating per group) */
 	int cuda_pk_blocks_per_sm; /* the persistent kernel's blocks per SM */
 	int cuda_pk_stop_for_loss; /* 1: no loss or gather kernel beside the running persistent kernel */
 	int cuda_pk_carveout;      /* the persistent kernel's shared-memory carveout: percent, -1 = 0 % */

@@ -17,6 +17,7 @@ void mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out)
 	out->dtype = c->model_dtype;
 	out->cuda_rows_per_warp = (int)c->engine_cuda_rows_per_warp;
 	out->cuda_plain_c = c->engine_cuda_plain_c;
+	out->cuda_user_runs = (int)c->engine_cuda_user_runs;
 	out->cuda_pk_blocks_per_sm = (int)c->engine_cuda_pk_blocks_per_sm;
 	out->cuda_pk_stop_for_loss = c->engine_cuda_pk_stop_for_loss;
 	out->cuda_pk_carveout = (int)c->engine_cuda_pk_carveout;

@@ -12,6 +12,7 @@
  *   sgd.cu          the batch SGD kernels (deterministic, Hogwild) and launchers, batch
  *                   staging, per-batch row modes (streaming hot rows)
  *   epoch.cu        resident ratings: load (shuffle, per-row modes), free, one epoch, loss
+ *   runs.cu         the runs layout of resident sets and the kernel that walks it
  *   ring.cu         the persistent kernel and its device ring (pk_*)
  *   loss.cu         the deterministic loss kernel, its launcher, the wait beside the ring
  *   capture.cu      the gather kernel, snapshot capture, whole-table sync
@@ -26,6 +27,7 @@
 #include <stdint.h>
 
 #include "gpu/cuda/cuda_try.h"
+#include "gpu/cuda/runs_layout.h"
 #include "gpu/engine_int.h"
 
 #define WARPS_PER_BLOCK 8
@@ -47,7 +49,13 @@ struct dev_set {
 	float *ru, *ri; /* per-rating mode (streaming batches with hot rows; NULL = none) */
 	float du, di;   /* the mode of every row of a side when su/si is NULL */
 	size_t r_cap;
+	struct user_run *runs; /* resident sets in the runs layout (runs.cu), else NULL */
+	size_t nruns;
 };
+
+#define RUN_MAX_AUTO 0xFFFFFFFFu /* engine.cuda.user_runs = 0: max(RUN_MAX_MIN, ratings per group) */
+#define RUN_MAX_MIN 256u
+#define RUN_LEN_MAX 1048576u
 
 /* One ring slot's descriptor (host h_hdr[s] -> device d_hdr[s]), read by sgd_persistent_kernel. */
 struct pk_hdr {
@@ -109,6 +117,8 @@ struct cuda_impl {
 	double plain_c; /* engine.cuda.plain_c: rows with expected concurrency <= this take plain stores */
 	int hog_bps;    /* resident blocks per SM of the Hogwild kernel (occupancy) */
 	int hog_g;      /* ratings a warp holds at once in the Hogwild kernel */
+	int run_bps;      /* resident blocks per SM of the runs kernel */
+	uint32_t run_max; /* ratings per run of resident sets, RUN_MAX_AUTO, or 0: no runs (iid, sgd.cu) */
 	uint32_t launches; /* salts the sampling coins of streaming batches */
 	struct pk_host pk;
 	/* capture: rows to gather, gathered rows and biases (device, as many rows as the largest
@@ -149,6 +159,15 @@ void free_set(struct dev_set *d);
 int stage_batch(mfs_engine_t *e, const mfs_batch_t *b);
 int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot);
 int cuda_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat);
+
+/* ---- runs.cu ---- */
+int runs_setup(struct cuda_impl *c, int k);
+double runs_inflight(mfs_engine_t *e, size_t nruns);
+int runs_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt, float lr_scale);
+/* mfs_runs_layout (runs_layout.h) of a load's shuffled arrays, which it replaces (freeing the old ones) */
+int runs_regroup(mfs_engine_t *e, uint32_t **hu, uint32_t **hi, float **hr, size_t n, struct user_run **runs,
+                 size_t *nruns);
+int runs_upload(struct dev_set *d, const struct user_run *h);
 
 /* ---- loss.cu ---- */
 const void *loss_fn(int fp16, int k);

@@ -16,8 +16,8 @@
  * bytes per update (step.cuh).
  *
  * Knobs for experiments (the hidden engine.cuda.* keys, read at open): plain_c (the plain-store
- * threshold; < 0 = atomic deltas for every row), rows_per_warp (caps the Hogwild grid), and the
- * persistent kernel's pk_* (ring.cu).
+ * threshold; < 0 = atomic deltas for every row), rows_per_warp (caps the Hogwild grid), user_runs
+ * (resident epochs' run length, -1 = iid order: runs.cu) and the persistent kernel's pk_* (ring.cu).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -183,6 +183,8 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 	/* experiments (bench_gpu_sgd --variants; hidden engine.cuda.* keys) */
 	c->rows_per_warp = e->conf.cuda_rows_per_warp > 0 ? (size_t)e->conf.cuda_rows_per_warp : 0;
 	c->plain_c = e->conf.cuda_plain_c > 0 ? e->conf.cuda_plain_c : e->conf.cuda_plain_c < 0 ? 0.0 : PLAIN_C;
+	c->run_max = e->conf.cuda_user_runs > 0 ? (uint32_t)e->conf.cuda_user_runs
+	             : e->conf.cuda_user_runs < 0 ? 0u : RUN_MAX_AUTO;
 	cudaError_t err = cudaSetDevice(c->dev);
 	if (err == cudaSuccess)
 		err = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->dev);
@@ -208,6 +210,8 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		return MFS_EGPU;
 	}
 	int rc = hog_setup(c, e->model->k);
+	if (!rc)
+		rc = runs_setup(c, e->model->k);
 	if (rc) {
 		mfs_errf(errstr, es, rc, "CUDA device %d: cannot size the Hogwild kernel", c->dev);
 		cuda_close(e);

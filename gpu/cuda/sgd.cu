@@ -230,6 +230,15 @@ int sgd_launch(mfs_engine_t *e, const struct dev_set *s, uint32_t salt, float lr
 		return 0;
 	int blocks, threads;
 	const int det = e->conf.deterministic;
+	if (s->runs && !det) { /* a resident set in the runs layout (runs.cu) */
+		int rc = runs_launch(e, s, salt, lr_scale);
+		if (rc)
+			return rc;
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+		if (count)
+			e->model->events_applied += s->n;
+		return 0;
+	}
 	if (det) {
 		blocks = 1; /* one warp walks the ratings in order: the reference's exact sequence */
 		threads = 32;
@@ -281,6 +290,7 @@ void free_set(struct dev_set *d)
 	cudaFree(d->si);
 	cudaFree(d->ru);
 	cudaFree(d->ri);
+	cudaFree(d->runs);
 	memset(d, 0, sizeof *d);
 }
 

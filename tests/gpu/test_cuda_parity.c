@@ -64,11 +64,13 @@ static mfs_model_t *make_model(int k, uint32_t users, uint32_t items, uint64_t s
 }
 
 static int g_rows_per_warp; /* engine.cuda.rows_per_warp of the next CUDA engine opened */
+static int g_user_runs;     /* engine.cuda.user_runs of the next CUDA engine opened */
 
 static mfs_engine_t *open_engine(int kind, int deterministic, mfs_model_t *m)
 {
 	mfs_engine_conf_t ec = {kind, deterministic ? 1 : 0, deterministic, 0, 1, g_fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32};
 	ec.cuda_rows_per_warp = g_rows_per_warp;
+	ec.cuda_user_runs = g_user_runs;
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
@@ -278,12 +280,15 @@ static void test_parity_growth(void)
 /* Hogwild on the GPU vs the deterministic CPU engine on a planted problem (rank 8, sigma 0.5):
  * U x I, N training and N / 10 test ratings, 20 epochs at rate lr; test RMSE within 1 %. rpw,
  * when not NULL, caps the CUDA engine's grid at rows / rpw warps (engine.cuda.rows_per_warp) for
- * the case, which lowers every row's concurrency and so its store mode. */
-static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char *rpw)
+ * the case, which lowers every row's concurrency and so its store mode (iid order only). runs:
+ * engine.cuda.user_runs (0: the default, user runs of at most 256 ratings; -1: iid order, one
+ * rating per group, the Hogwild kernel of sgd.cu; N: runs of at most N, runs.cu). */
+static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char *rpw, int runs)
 {
 	const uint32_t R = 8;
 	const size_t NT = N / 10;
-	fprintf(stderr, "  hogwild case %u x %u, %zu ratings, lr %g, rows per warp %s\n", U, I, N, lr, rpw ? rpw : "-");
+	fprintf(stderr, "  hogwild case %u x %u, %zu ratings, lr %g, rows per warp %s, user runs %d\n", U, I, N, lr,
+	        rpw ? rpw : "-", runs);
 	mfs_rng_t rng;
 	mfs_rng_seed(&rng, 77);
 	float *pu = malloc((size_t)U * R * 4), *qi = malloc((size_t)I * R * 4);
@@ -304,8 +309,9 @@ static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char 
 		mfs_model_t *m = make_model(128, U, I, 9);
 		m->mu = 3.5;
 		g_rows_per_warp = g && rpw ? atoi(rpw) : 0;
+		g_user_runs = runs;
 		mfs_engine_t *e = open_engine(g ? MFS_ENGINE_CUDA : MFS_ENGINE_CPU, g ? 0 : 1, m);
-		g_rows_per_warp = 0;
+		g_rows_per_warp = g_user_runs = 0;
 		if (!e) {
 			mfs_model_free(m);
 			continue;
@@ -347,9 +353,22 @@ static void hogwild_case(uint32_t U, uint32_t I, size_t N, float lr, const char 
  * against 0.5860; the CPU engine at lr 0.0098: 0.5968; at lr 0.02: 0.5419 vs 0.5417). */
 static void test_hogwild_statistical(void)
 {
-	hogwild_case(4000, 2000, 400000, 0.01f, NULL);
-	hogwild_case(20000, 20000, 4000000, 0.02f, NULL);
-	hogwild_case(20000, 20000, 4000000, 0.02f, "100");
+	hogwild_case(4000, 2000, 400000, 0.01f, NULL, -1);
+	hogwild_case(20000, 20000, 4000000, 0.02f, NULL, -1);
+	hogwild_case(20000, 20000, 4000000, 0.02f, "100", -1);
+}
+
+/* The same planted problems through user runs (runs.cu): runs of one user's ~100 ratings held
+ * in registers (4000 groups for 4000 users: c ~ 2 per item, atomic item deltas; 20000 users:
+ * c ~ 0.3-0.6 per item), and runs of at most 64 ratings, which cuts each of the 20000 users
+ * into ~4 runs that add their deltas with vector atomics (the split path; 80000 runs for
+ * ~8000 groups, so a user's runs are seldom held at once). Cutting 4000 users into runs of
+ * 16 (28000 runs, a user's runs often held at once) is measured in runs.cu, not held to 1 %. */
+static void test_user_runs(void)
+{
+	hogwild_case(4000, 2000, 400000, 0.01f, NULL, 0);
+	hogwild_case(20000, 20000, 4000000, 0.02f, NULL, 0);
+	hogwild_case(20000, 20000, 4000000, 0.02f, NULL, 64);
 }
 
 /* Streaming batches with a hot item (30 % of all ratings): the batch path must scale hot rows
@@ -410,12 +429,14 @@ int main(void)
 	TEST_RUN(test_parity_edges);
 	TEST_RUN(test_parity_growth);
 	TEST_RUN(test_hogwild_statistical);
+	TEST_RUN(test_user_runs);
 	TEST_RUN(test_hogwild_batches_skewed);
 	/* the same cases with fp16 factor storage */
 	g_fp16 = 1;
 	TEST_RUN(test_parity_ranks);
 	TEST_RUN(test_parity_growth);
 	TEST_RUN(test_hogwild_statistical);
+	TEST_RUN(test_user_runs);
 	TEST_RUN(test_hogwild_batches_skewed);
 	return TEST_REPORT();
 }
