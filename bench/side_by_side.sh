@@ -294,14 +294,15 @@ report_set() {
 		printf "%-28s %12s %12s   %s\n", "mfstream / cuMF_SGD", (mmed != "" && crate > 0 ? sprintf("%.2fx", mmed / crate) : "-"), "",
 			(mtt != "" && ctt != "" ? sprintf("cuMF takes %.2fx mfstream'"'"'s time", ctt / mtt) : \
 			mtt != "" && ce ? "only mfstream reaches it" : ctt != "" && me ? "only cuMF_SGD reaches it" : "-")
+		tgt = target == "" ? "" : sprintf("%.4f", target)
 		line = ""; for (a = 1; a <= me; a++) line = line " " mrm[a]
 		if (me) printf "mfstream test RMSE by epoch 1..%d:%s\n", me, line
 		line = ""; for (a = 1; a <= ce; a++) line = line " " ct[a] ":" sprintf("%.4f", crm[a])
 		if (ce) printf "cuMF_SGD test RMSE by -t N:%s\n", line
 		if (me) printf "%s,mfstream,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%s\n", info["set"], info["engine"], info["dtype"], info["k"], E, ntr, nte,
-			mmed, mfin, target, mtt == "" ? "" : sprintf("%.4f", mtt), mtt == "" ? "" : mat >> csv
+			mmed, mfin, tgt, mtt == "" ? "" : sprintf("%.4f", mtt), mtt == "" ? "" : mat >> csv
 		if (ce) printf "%s,cumf_sgd,cuda,fp16,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", info["set"], info["k"], E, ntr, nte,
-			crate, cfin, target, ctt == "" ? "" : sprintf("%.4f", ctt), ctt == "" ? "" : cat >> csv
+			crate, cfin, tgt, ctt == "" ? "" : sprintf("%.4f", ctt), ctt == "" ? "" : cat >> csv
 		for (a = 1; a <= me; a++) printf "%s,mfstream,%d,%s,%.4f,%.0f,%s,\n", info["set"], a, mt[a], mcum[a], mr[a], mrm[a] >> ecsv
 		for (a = 1; a <= ce; a++) printf "%s,cumf_sgd,%d,%s,%s,%s,%s,%s\n", info["set"], ct[a], cs[a], cs[a], cr[a], crm[a], crc[a] >> ecsv
 	}'
