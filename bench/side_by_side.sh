@@ -46,8 +46,9 @@
 # MFS_EST / CUMF_EST (seconds a mfstream run / one cuMF run is assumed to take until one is
 # measured), CUMF_ITERS ("1 2 3 4 6 8 10 12 14 16 18 20"), CUMF_FLAGS (the -g -l -a -b -u -v -x -y
 # -s flags), EPOCHS (20), K (128), DTYPE (fp16), CLIP (0.5,5), MFS_ARGS (extra train flags).
-# OUT_DIR gets only small files: per set the train table, the tail of its log, one summary line
-# per cuMF run; side_by_side.csv (one row per set and program) and side_by_side_epochs.csv.
+# OUT_DIR gets only small files (kept in $DATA/results between calls, copied at the end of each):
+# per set the train table, the tail of its log, one summary line per cuMF run; side_by_side.csv
+# (one row per set and program) and side_by_side_epochs.csv (per epoch, per -t N for cuMF).
 set -uo pipefail
 BUILD=${1:?usage: bench/side_by_side.sh BUILD_DIR OUT_DIR [SETS]}
 OUTD=${2:?usage: bench/side_by_side.sh BUILD_DIR OUT_DIR [SETS]}
@@ -73,7 +74,11 @@ RMSE=$BUILD/bench/cumf_rmse
 CUMF_EXE=${CUMF_BIN:-}
 [ -z "$CUMF_EXE" ] && [ -n "$CUMF" ] && CUMF_EXE=$DATA/bin/cumf_sgd
 CUMF_BUILD=
-mkdir -p "$DATA/bin" "$OUTD" || exit 1
+# Results live beside the data ($DATA/results), so a later call on the same warm machine sees
+# them whatever OUT_DIR it is given (the device machine hands each call an empty $OUT); every
+# call ends by copying them all to OUT_DIR.
+RES=$DATA/results
+mkdir -p "$DATA/bin" "$RES" "$OUTD" || exit 1
 # the device machine's runtime libraries (scripts/gpu-check.sh), when the tree carries them
 # shellcheck disable=SC1091
 [ -f "$ROOT/.devdeps/env.sh" ] && source "$ROOT/.devdeps/env.sh"
@@ -118,13 +123,13 @@ step_setup() {
 		CUMF_EXE=
 		return 1
 	elif [ ! -x "$CUMF_EXE" ]; then
-		say "cuMF_SGD: building $CUMF with its Makefile (background; log $OUTD/cumf-build.log)"
+		say "cuMF_SGD: building $CUMF with its Makefile (background; log $RES/cumf-build.log)"
 		( # a copy: the checkout stays as it was carried
 			export PATH=/usr/local/cuda/bin:$PATH
 			rm -rf "$DATA/cumf-src" && cp -r "$CUMF" "$DATA/cumf-src" && cd "$DATA/cumf-src/singleGPU" &&
 				make >"$DATA/cumf-build.log" 2>&1 && cp cumf_sgd "$CUMF_EXE"
 			rc=$?
-			{ grep -iE "error|warning" "$DATA/cumf-build.log" | head -20; echo "cumf build rc=$rc"; } >"$OUTD/cumf-build.log"
+			{ grep -iE "error|warning" "$DATA/cumf-build.log" | head -20; echo "cumf build rc=$rc"; } >"$RES/cumf-build.log"
 		) &
 		CUMF_BUILD=$!
 	else
@@ -135,7 +140,7 @@ cumf_wait() {
 	[ -n "$CUMF_BUILD" ] || return 0
 	wait "$CUMF_BUILD"
 	CUMF_BUILD=
-	say "cuMF_SGD build: $(tail -1 "$OUTD/cumf-build.log")"
+	say "cuMF_SGD build: $(tail -1 "$RES/cumf-build.log")"
 }
 
 step_gen() {
@@ -169,19 +174,19 @@ step_gen() {
 	for n in $SETS; do
 		d=$DATA/$n
 		[ -d "$d" ] || continue
-		mkdir -p "$OUTD/$n"
-		cat "$d/gen.log" "$d/split.out" "$d/split.err" 2>/dev/null | tail -5 >"$OUTD/$n/gen.log"
+		mkdir -p "$RES/$n"
+		cat "$d/gen.log" "$d/split.out" "$d/split.err" 2>/dev/null | tail -5 >"$RES/$n/gen.log"
 		if [ -f "$d/split.done" ]; then
-			cp "$d/split.out" "$OUTD/$n/split.out"
+			cp "$d/split.out" "$RES/$n/split.out"
 		else
-			say "gen $n FAILED: $(tail -2 "$OUTD/$n/gen.log" | tr '\n' ' ')"
+			say "gen $n FAILED: $(tail -2 "$RES/$n/gen.log" | tr '\n' ' ')"
 		fi
 	done
 	say "gen: $(du -sh "$DATA" | cut -f1) in $DATA"
 }
 
 step_mfs() {
-	local n=$1 d=$DATA/$1 r=$OUTD/$1
+	local n=$1 d=$DATA/$1 r=$RES/$1
 	[ -f "$d/split.done" ] || { say "mfs $n: no data (the gen step)"; return 1; }
 	grep -q '^done:' "$r/mfs.out" 2>/dev/null && { say "mfs $n: already run"; return 0; }
 	local est=${MFS_EST:-150}
@@ -203,11 +208,11 @@ step_mfs() {
 }
 
 step_cumf() {
-	local n=$1 d=$DATA/$1 r=$OUTD/$1 t
+	local n=$1 d=$DATA/$1 r=$RES/$1 t
 	[ -f "$d/split.done" ] || { say "cumf $n: no data (the gen step)"; return 1; }
 	[ -n "$CUMF_EXE" ] || { say "cumf $n: no cuMF_SGD (CUMF unset): skipped"; return 0; }
 	cumf_wait
-	[ -x "$CUMF_EXE" ] || { say "cumf $n: $CUMF_EXE missing (setup step; $OUTD/cumf-build.log)"; return 1; }
+	[ -x "$CUMF_EXE" ] || { say "cumf $n: $CUMF_EXE missing (setup step; $RES/cumf-build.log)"; return 1; }
 	mkdir -p "$r"
 	local est=${CUMF_EST:-90}
 	small "$n" && est=${CUMF_EST:-5}
@@ -245,7 +250,7 @@ step_cumf() {
 
 # One set's table and CSV rows, from OUT_DIR/SET alone.
 report_set() {
-	local n=$1 r=$OUTD/$1 t
+	local n=$1 r=$RES/$1 t
 	[ -f "$r/mfs.out" ] || [ -n "$(ls "$r"/cumf-t*.txt 2>/dev/null)" ] || { say "report $n: no results"; return 0; }
 	{
 		echo "I set $n"
@@ -261,7 +266,7 @@ report_set() {
 			[ -f "$r/cumf-t$t.txt" ] && tr ' ' '\n' <"$r/cumf-t$t.txt" |
 				awk -F= '{ v[$1] = $2 } END { if (v["rmse"] != "") print "C", v["iters"], v["kernel_s"], v["rate"], v["rmse"], (v["rmse_clipped"] == "" ? "nan" : v["rmse_clipped"]) }'
 		done
-	} | awk -v csv="$OUTD/side_by_side.csv" -v ecsv="$OUTD/side_by_side_epochs.csv" '
+	} | awk -v csv="$RES/side_by_side.csv" -v ecsv="$RES/side_by_side_epochs.csv" '
 	function r4(x) { return sprintf("%.4f", x) + 0 }
 	function rate(s,   m) { m = 1; if (s ~ /G$/) m = 1e9; else if (s ~ /M$/) m = 1e6; else if (s ~ /K$/) m = 1e3
 		sub(/[GMK]$/, "", s); return s * m }
@@ -308,13 +313,13 @@ report_set() {
 	}'
 }
 step_report() {
-	echo "set,program,engine,dtype,k,epochs,train,test,updates_per_s,test_rmse_final,target_rmse,time_to_target_s,reached_at" >"$OUTD/side_by_side.csv"
-	echo "set,program,epoch,time_s,cum_time_s,updates_per_s,test_rmse,test_rmse_clipped" >"$OUTD/side_by_side_epochs.csv"
+	echo "set,program,engine,dtype,k,epochs,train,test,updates_per_s,test_rmse_final,target_rmse,time_to_target_s,reached_at" >"$RES/side_by_side.csv"
+	echo "set,program,epoch,time_s,cum_time_s,updates_per_s,test_rmse,test_rmse_clipped" >"$RES/side_by_side_epochs.csv"
 	local n
 	for n in $SETS; do report_set "$n"; done
 	echo
 	echo "(cuMF_SGD: epoch = -t N, a run of its own; time_s = cum_time_s = that run's kernel time.)"
-	say "report: $OUTD/side_by_side.csv, $OUTD/side_by_side_epochs.csv"
+	say "report: $RES/side_by_side.csv, $RES/side_by_side_epochs.csv"
 }
 
 for s in $STEPS; do
@@ -332,4 +337,5 @@ for s in $STEPS; do
 	esac
 done
 cumf_wait
-say "end"
+[ "$(cd "$RES" && pwd)" = "$(cd "$OUTD" && pwd)" ] || cp -r "$RES/." "$OUTD/"
+say "end: results in $OUTD"
