@@ -79,9 +79,11 @@ CUMF_BUILD=
 # call ends by copying them all to OUT_DIR.
 RES=$DATA/results
 mkdir -p "$DATA/bin" "$RES" "$OUTD" || exit 1
-# the device machine's runtime libraries (scripts/gpu-check.sh), when the tree carries them
+# The GPU machine's runtime libraries (scripts/gpu-check.sh), when the tree carries them: every
+# device call is a new shell. Only for the CUDA engine: a development checkout may hold .devdeps
+# too, and its libraries are not this machine's.
 # shellcheck disable=SC1091
-[ -f "$ROOT/.devdeps/env.sh" ] && source "$ROOT/.devdeps/env.sh"
+[ "$ENGINE" = cuda ] && [ -f "$ROOT/.devdeps/env.sh" ] && source "$ROOT/.devdeps/env.sh"
 T0=$SECONDS
 say() { printf '[%4ss] %s\n' $((SECONDS - T0)) "$*"; }
 left() { local l=$((BUDGET - (SECONDS - T0))); echo $((l > 10 ? l : 10)); }
