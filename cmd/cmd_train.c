@@ -7,7 +7,9 @@
  * Hygiene: early stopping and the choice of the model kept look at a validation set carved from
  * the training file (train.validation_fraction), never at the test; the test (a file, read
  * only after training, or the share held out of the input) is scored once, at the end, on the
- * model kept.
+ * model kept. train.trace_test (for benchmarks: time to a target test RMSE) reads the test before
+ * training and prints its RMSE after every epoch as well; that column is printed, never read, so
+ * it steers nothing.
  *
  * The snapshot directory is checked and its writer opened before the data is read, so no
  * epoch runs for a model that cannot be published: a directory that holds a snapshot is
@@ -124,6 +126,22 @@ static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, c
 		mfs_engine_resident_free(e, res);
 	mfs_engine_close(e);
 	return rc;
+}
+
+/* train.trace_test: the test set, before training, resident on the engine like the validation
+ * set so that every epoch can score it. A test file is read here (ids only looked up, as after
+ * training); the share held out of the input is in *test already. *out stays NULL for an empty
+ * test. Errors: as mfs_dataset_load_test (err filled) or mfs_engine_resident_load. */
+static int trace_test_load(const mfs_conf_t *c, const mfs_model_t *m, const mfs_load_opts_t *lo, mfs_engine_t *e,
+                           mfs_ratings_t *test, mfs_rfile_stats_t *st, mfs_resident_t **out, char *err, size_t es)
+{
+	int rc;
+	if (*c->train_test && (rc = mfs_dataset_load_test(m, c->train_test, lo, test, st, err, es)))
+		return rc;
+	if (!test->n)
+		return 0;
+	mfs_batch_t b = mfs_ratings_batch(test);
+	return mfs_engine_resident_load(e, &b, out);
 }
 
 enum { SNAP_MODE_NEW, SNAP_MODE_REPLACE, SNAP_MODE_APPEND }; /* snapshot.mode */
@@ -251,7 +269,7 @@ int mfs_cmd_train(int argc, char **argv)
 	char err[1024] = "";
 	mfs_model_t *m = NULL;
 	mfs_engine_t *e = NULL;
-	mfs_resident_t *strain = NULL, *svalid = NULL;
+	mfs_resident_t *strain = NULL, *svalid = NULL, *stest = NULL;
 	mfs_snap_writer_t *w = NULL;
 	mfs_ratings_t train = {0}, test = {0}, valid = {0};
 	saved_model_t best_model = {0};
@@ -331,21 +349,26 @@ int mfs_cmd_train(int argc, char **argv)
 		fprintf(stderr, "mfstream train: engine: %s\n", mfs_strerror(rc));
 		goto out;
 	}
+	const int trace = c.train_trace_test;
+	if (trace && (rc = trace_test_load(&c, m, &lo, e, &test, &st_test, &stest, err, sizeof err))) {
+		fprintf(stderr, "mfstream train: test (train.trace_test): %s\n", *err ? err : mfs_strerror(rc));
+		goto out;
+	}
 
 	char held[64];
-	if (test_file)
+	if (test_file && !trace)
 		snprintf(held, sizeof held, "a test file");
 	else
 		snprintf(held, sizeof held, "%zu test", test.n);
 	printf("mfstream train: %zu train / %zu validation / %s ratings, %u users x %u items, k=%d, engine=%s, lr=%g (%s)\n",
 	       train.n, valid.n, held, m->n_users, m->n_items, m->k, mfs_engine_name(e), lr.lr,
 	       mfs_conf_enum_name("lr.schedule", c.lr_schedule));
-	printf("%5s %8s %10s %10s %10s %10s %8s\n", "epoch", "time_s", "updates/s", "train_rmse", "valid_rmse", "lr",
-	       "eta");
+	printf("%5s %8s %10s %10s %10s %10s %8s%s\n", "epoch", "time_s", "updates/s", "train_rmse", "valid_rmse", "lr",
+	       "eta", trace ? "  test_rmse" : "");
 	fflush(stdout);
 
 	double t_train = 0, best = INFINITY, last_train = NAN, best_loss_train = NAN;
-	mfs_loss_t lt = {0}, lv = {0};
+	mfs_loss_t lt = {0}, lv = {0}, ltest = {0};
 	int best_epoch = 0, bad = 0, epochs = 0;
 	for (int ep = 1; ep <= c.train_epochs; ep++) {
 		double t0 = mfs_now_s();
@@ -356,7 +379,8 @@ int mfs_cmd_train(int argc, char **argv)
 		double dt = mfs_now_s() - t0;
 		t_train += dt;
 		epochs = ep;
-		if ((rc = mfs_engine_loss_resident(e, strain, &lt)) || (svalid && (rc = mfs_engine_loss_resident(e, svalid, &lv)))) {
+		if ((rc = mfs_engine_loss_resident(e, strain, &lt)) || (svalid && (rc = mfs_engine_loss_resident(e, svalid, &lv))) ||
+		    (stest && (rc = mfs_engine_loss_resident(e, stest, &ltest)))) {
 			fprintf(stderr, "mfstream train: loss pass: %s\n", mfs_strerror(rc));
 			goto out;
 		}
@@ -375,7 +399,14 @@ int mfs_cmd_train(int argc, char **argv)
 		fmt_eta(eta, sizeof eta, t_train / ep * (c.train_epochs - ep));
 		snprintf(trs, sizeof trs, "%.4f", lt.rmse);
 		snprintf(vas, sizeof vas, svalid ? "%.4f" : "-", lv.rmse);
-		printf("%5d %8.2f %10s %10s %10s %10.3g %8s\n", ep, dt, rate, trs, vas, used_lr, eta);
+		printf("%5d %8.3f %10s %10s %10s %10.3g %8s", ep, dt, rate, trs, vas, used_lr, eta);
+		if (trace) { /* printed only: selection and stopping below look at validation alone */
+			char tes[16] = "-";
+			if (stest)
+				snprintf(tes, sizeof tes, "%.4f", ltest.rmse);
+			printf(" %10s", tes);
+		}
+		printf("\n");
 		fflush(stdout);
 		if (svalid) { /* model selection and early stopping on validation, never on the test */
 			if (lv.rmse < best - 1e-6) {
@@ -408,7 +439,7 @@ int mfs_cmd_train(int argc, char **argv)
 	printf("\n");
 	err[0] = '\0';
 	/* the test, once, at the end, on the model kept */
-	if (test_file && (rc = mfs_dataset_load_test(m, c.train_test, &lo, &test, &st_test, err, sizeof err))) {
+	if (test_file && !trace && (rc = mfs_dataset_load_test(m, c.train_test, &lo, &test, &st_test, err, sizeof err))) {
 		fprintf(stderr, "mfstream train: %s\n", *err ? err : mfs_strerror(rc));
 		goto out;
 	}
@@ -452,6 +483,7 @@ out:
 	if (e) {
 		mfs_engine_resident_free(e, strain);
 		mfs_engine_resident_free(e, svalid);
+		mfs_engine_resident_free(e, stest);
 	}
 	mfs_engine_close(e);
 	free_saved(&best_model);

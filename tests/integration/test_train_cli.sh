@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end through the binary: gen -> train -> inspect / query / predict, plus the error
 # exits a user will meet (missing input, bad key, unavailable engine). Training hygiene: a test
-# file is read only after the last epoch; with a validation set, early stopping and the model
+# file is read only after the last epoch (before the first only with train.trace_test, which prints
+# its RMSE per epoch and steers nothing);
+# with a validation set, early stopping and the model
 # kept follow the validation RMSE, and the model kept is that epoch's.
 set -euo pipefail
 bin=${MFS_BIN:?}
@@ -47,6 +49,44 @@ read_at=$(grep -n 'msg="test file read"' "$tmp/order" | cut -d: -f1)
 [ "$(grep -c 'test RMSE' "$tmp/order")" -eq 1 ] || fail "the test was not scored exactly once"
 grep -q "test: 6000 ratings" "$tmp/order" || fail "test set: $(grep 'test:' "$tmp/order")"
 
+# --train.trace_test: a test_rmse column on every epoch row, from the test made resident on the
+# engine before training. With no validation split the model kept is the last epoch's, and the
+# CPU engine's resident loss and the final score (score_host: another CPU engine over the same
+# host arrays) run the same loss code with a reduction fixed by chunk order; they differ only in
+# the clip: every epoch loss clips predictions to [rating.min, rating.max], score_host sets no
+# hyperparameters, so the final test RMSE is unclipped. With a range that clips nothing the last
+# row's test_rmse is the final test RMSE to all 4 printed decimals; with the default range close.
+tt=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 6 --engine cpu --deterministic --train.patience 0 \
+	--train.trace_test 1 2>/dev/null) || fail "train --train.trace_test failed"
+echo "$tt"
+echo "$tt" | grep -Eq '^epoch .* eta +test_rmse$' || fail "no test_rmse column in the header"
+[ "$(echo "$tt" | grep -E '^ +[0-9]+ ' | awk 'NF == 8 && $8 ~ /^[0-9]+\.[0-9][0-9][0-9][0-9]$/' | wc -l)" -eq 6 ] ||
+	fail "not every epoch row has a test_rmse"
+tlast=$(echo "$tt" | grep -E '^ +6 ' | awk '{ print $8 }')
+tfinal=$(echo "$tt" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
+awk -v a="$tlast" -v b="$tfinal" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 0.002 && d > -0.002) }' ||
+	fail "last epoch's test_rmse $tlast, final test RMSE $tfinal"
+wide=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 6 --engine cpu --deterministic --train.patience 0 \
+	--train.trace_test 1 --rating.min -1000 --rating.max 1000 2>/dev/null) || fail "train with a wide range failed"
+wlast=$(echo "$wide" | grep -E '^ +6 ' | awk '{ print $8 }')
+wfinal=$(echo "$wide" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
+[ -n "$wlast" ] && [ "$wlast" = "$wfinal" ] || fail "unclipped: last epoch's test_rmse $wlast, final test RMSE $wfinal"
+# the trace steers nothing: the same train column and final score as without it
+nt=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 6 --engine cpu --deterministic --train.patience 0 2>/dev/null)
+[ "$(echo "$tt" | grep -E '^ +[0-9]+ ' | awk '{ print $4 }')" = "$(echo "$nt" | grep -E '^ +[0-9]+ ' | awk '{ print $4 }')" ] &&
+	[ "$(echo "$nt" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')" = "$tfinal" ] || fail "trace_test changed the training"
+# a test file is read before the first epoch when traced, and still scored once at the end
+"$bin" train --input "$tmp/tr.tsv" --test "$tmp/t.tsv" --k 16 --epochs 5 --engine cpu --deterministic \
+	--train.trace_test 1 --log.level info >"$tmp/order2" 2>&1 || { cat "$tmp/order2"; fail "traced train --test failed"; }
+first_epoch=$(grep -nE '^ +1 ' "$tmp/order2" | cut -d: -f1)
+read_at=$(grep -n 'msg="test file read"' "$tmp/order2" | cut -d: -f1)
+[ -n "$first_epoch" ] && [ -n "$read_at" ] && [ "$read_at" -lt "$first_epoch" ] || fail "traced test file not read first"
+[ "$(grep -c 'test RMSE' "$tmp/order2")" -eq 1 ] && grep -q "test: 6000 ratings" "$tmp/order2" ||
+	fail "traced test file: $(grep 'test' "$tmp/order2")"
+awk -v a="$(grep -E '^ +5 ' "$tmp/order2" | awk '{ print $8 }')" -v b="$(sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p' "$tmp/order2")" \
+	'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 0.002 && d > -0.002) }' ||
+	fail "traced test file: the last test_rmse is not near the final score"
+
 # validation: early stopping on it, and the model kept is the best epoch's: training the same
 # split for exactly that many epochs gives the same test score
 v=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --engine cpu --deterministic \
@@ -62,6 +102,13 @@ t1=$(echo "$v" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
 t2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs "$best" --lr 0.1 --engine cpu --deterministic \
 	--train.validation_fraction 0.1 --train.patience 0 2>/dev/null | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
 [ -n "$t1" ] && [ "$t1" = "$t2" ] || fail "the model kept scores $t1 on the test, epoch $best's model $t2"
+# with the trace on, the same early stop and the same model kept: the test column steers nothing
+vt=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --engine cpu --deterministic \
+	--train.validation_fraction 0.1 --train.patience 3 --train.trace_test 1 2>/dev/null) || fail "traced validation run"
+[ "$(echo "$vt" | grep -E '^(test|early)|the model of epoch')" != "" ] &&
+	[ "$(echo "$vt" | grep -E '^(test|early)'; echo "$vt" | grep -o 'validation RMSE.*')" = \
+	  "$(echo "$v" | grep -E '^(test|early)'; echo "$v" | grep -o 'validation RMSE.*')" ] ||
+	fail "trace_test changed early stopping or the model kept: $(echo "$vt" | tail -4)"
 
 "$bin" inspect --snapshot "$tmp/snap" | tee "$tmp/meta"
 grep -Eq '^k = 16$' "$tmp/meta" || fail "inspect: k"
