@@ -53,9 +53,8 @@ struct dev_set {
 	size_t nruns;
 };
 
-#define RUN_MAX_AUTO 0xFFFFFFFFu /* engine.cuda.user_runs = 0: max(RUN_MAX_MIN, ratings per group) */
-#define RUN_MAX_MIN 256u
-#define RUN_LEN_MAX 1048576u
+#define RUN_MAX_AUTO 0xFFFFFFFFu /* engine.cuda.user_runs = 0: whole users (runs.cu) */
+#define RUN_LEN_MAX 1048576u     /* the longest run */
 
 /* One ring slot's descriptor (host h_hdr[s] -> device d_hdr[s]), read by sgd_persistent_kernel. */
 struct pk_hdr {

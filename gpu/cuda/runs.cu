@@ -24,19 +24,19 @@
  *  - item rows take the row modes of sgd.cu (plain, atomic deltas, sampled hot rows), with
  *    the concurrency counted in groups (each holds one rating at a time): runs_inflight.
  *  - user rows: a user with one run is held by one group only, so p_u and b_u are written
- *    back with plain stores; a user cut into several runs may be held by several groups at
- *    once, so its runs add their deltas (p_end - p_start) with vector atomics. (Weighting
- *    each delta by 1 / the expected holders, as sampled hot rows do, learned less: H100,
- *    4000 x 2000 planted set cut into runs of 16, test RMSE 0.8166 weighted, 0.7317 summed,
- *    0.7172 with one run per user, CPU reference 0.7157.)
- *  - run length: engine.cuda.user_runs, by default the larger of 256 and the set's ratings
- *    per group (runs_regroup), so that no run outlasts a group's share of the epoch by much
- *    and only users above that share are cut (parity: test_cuda_parity test_user_runs).
+ *    back with plain stores. By default every user is one run (up to 2^20 ratings): a user
+ *    cut into several runs may be held by several groups at once, and their deltas
+ *    (p_end - p_start, added with vector atomics) each nearly fit the same user from the same
+ *    start, so c of them overshoot c-fold. Measured on the H100 (test_cuda_parity planted
+ *    sets): 4000 x 2000 cut into runs of 16 at lr 0.01, test RMSE 0.7317 against 0.7172 with
+ *    one run per user (CPU reference 0.7157); 20000 x 20000 cut into runs of 64 at lr 0.02
+ *    diverged; weighting each delta by 1 / its expected holders learned too little (0.8166).
+ *    engine.cuda.user_runs = N still cuts users into runs of at most N (experiments). The
+ *    price of whole users is a tail: a group with a heavy user works past the others.
  * Deterministic mode never uses runs (sgd_kernel walks the reference's order).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,12 +336,7 @@ int runs_regroup(mfs_engine_t *e, uint32_t **hu, uint32_t **hi, float **hr, size
 	uint32_t *ou = (uint32_t *)malloc(m * sizeof *ou), *oi = (uint32_t *)malloc(m * sizeof *oi);
 	float *or_ = (float *)malloc(m * sizeof *or_);
 	const struct cuda_impl *c = impl_of(e);
-	const double groups = (double)c->sms * c->run_bps * WARPS_PER_BLOCK * c->hog_g;
-	uint32_t run_max = c->run_max;
-	if (run_max == RUN_MAX_AUTO) { /* a group's share of the set, at least 256 */
-		const double share = ceil((double)n / groups);
-		run_max = share > RUN_MAX_MIN ? (share < (double)RUN_LEN_MAX ? (uint32_t)share : RUN_LEN_MAX) : RUN_MAX_MIN;
-	}
+	const uint32_t run_max = c->run_max == RUN_MAX_AUTO ? RUN_LEN_MAX : c->run_max; /* whole users */
 	int rc = ou && oi && or_ ? mfs_runs_layout(*hu, *hi, *hr, n, e->model->n_users, run_max,
 	                                           e->conf.seed ^ 0x5E7B11ull, ou, oi, or_, runs, nruns)
 	                         : ENOMEM;
