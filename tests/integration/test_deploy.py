@@ -368,9 +368,12 @@ def test_compose():
             key = k[len("MFSTREAM_"):].lower()
             if key.startswith("kafka_"):
                 check(got.get("kafka." + key[6:].replace("_", ".")) == v, "%s: %s reaches kafka.*" % (name, k))
+    # the test-only Kafka 2.4 override (tests/deploy) replaces the Kafka services and nothing else
+    t = load_yaml(os.path.join(SRC, "tests", "deploy", "compose.kafka24.yaml"))
+    check(set(t.get("services", {})) == {"kafka", "kafka-init"}, "compose.kafka24.yaml touches only kafka and kafka-init")
     # an override must not set a list the base file has: Docker Compose replaces command and
     # entrypoint, podman-compose 1.0.3 appends to them (and to every other list)
-    for oname, over in (("compose.gpu.yaml", gpu),):
+    for oname, over in (("compose.gpu.yaml", gpu), ("compose.kafka24.yaml", t)):
         for sname, so in over.get("services", {}).items():
             base = services.get(sname, {})
             for k, v in so.items():
