@@ -6,9 +6,10 @@ whether the images, the compose file and the manifests work, against the real bi
 
   Dockerfile   stages, COPY sources exist and survive .dockerignore, runtime stages are
                non-root with an entrypoint (and a healthcheck where a service runs)
-  compose      YAML parses; build targets exist in the Dockerfile; volumes, pid sharing, GPU
-               reservation, the CPU override; every MFSTREAM_* variable is a key the binary
-               accepts; the producer's command runs (against the embedded broker)
+  compose      plain YAML (no merge tags); build targets exist in the Dockerfile; CPU by
+               default, the GPU override; volumes; the PID namespace holder that mfstream and
+               reader join; every MFSTREAM_* variable is a key the binary accepts; the
+               producer's command runs (against the embedded broker)
   k8s          the kustomization's files exist; kinds; Recreate, one replica, shared PID
                namespace, non-root, GPU limit; probes, Service and Prometheus annotations on
                the port the entrypoint gives metrics.listen; ConfigMap file and env parse with
@@ -68,32 +69,14 @@ def conf_of(text):
     return out
 
 
-# ---- YAML with compose's merge tags ---------------------------------------------------------
-class ComposeLoader(yaml.SafeLoader):
-    pass
-
-
-def _tagged(tag):
-    def construct(loader, node):
-        if isinstance(node, yaml.MappingNode):
-            value = loader.construct_mapping(node, deep=True)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_scalar(node)
-        return {"__tag__": tag, "value": value}
-    return construct
-
-
-ComposeLoader.add_constructor("!reset", _tagged("!reset"))
-ComposeLoader.add_constructor("!override", _tagged("!override"))
-
-
+# ---- YAML --------------------------------------------------------------------------------
 def load_yaml(path, many=False):
+    """Plain YAML: the compose files use no merge tags (!reset, !override), which Docker Compose
+    < 2.24 and podman-compose reject, so a SafeLoader must read every file here."""
     with open(path) as f:
         if many:
-            return [d for d in yaml.load_all(f, Loader=ComposeLoader) if d is not None]
-        return yaml.load(f, Loader=ComposeLoader)
+            return [d for d in yaml.safe_load_all(f) if d is not None]
+        return yaml.safe_load(f)
 
 
 # ---- the binary's view of the configuration ------------------------------------------------
@@ -284,9 +267,22 @@ def env_dict(service):
     return {k: str(v) for k, v in env.items()}
 
 
+def merge_service(base, over):
+    """Compose's merge of an override file's service into the base one (mappings merge, other
+    values replace): enough for what compose.gpu.yaml sets."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge_service(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
 def test_compose():
     c = load_yaml(os.path.join(DEPLOY, "compose.yaml"))
-    cpu = load_yaml(os.path.join(DEPLOY, "compose.cpu.yaml"))
+    gpu = load_yaml(os.path.join(DEPLOY, "compose.gpu.yaml"))
+    check(not os.path.exists(os.path.join(DEPLOY, "compose.cpu.yaml")), "no compose.cpu.yaml: CPU is the default")
     services = c["services"]
     names = {s[0] for s in dockerfile_stages()}
     for want in ("kafka", "kafka-init", "mfstream", "producer", "reader"):
@@ -308,14 +304,44 @@ def test_compose():
         dep = s.get("depends_on") or []
         for d in (dep if isinstance(dep, list) else dep.keys()):
             check(d in services, "%s depends on existing service %s" % (name, d))
+    # CPU by default: no GPU in compose.yaml
     m = services["mfstream"]
-    devs = m["deploy"]["resources"]["reservations"]["devices"]
-    check(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devs),
-          "mfstream reserves an NVIDIA GPU")
-    check(m["build"]["target"] == "gpu", "mfstream builds the gpu target")
+    check(m["build"]["target"] == "cpu" and m.get("image") == "mfstream:cpu", "mfstream builds and runs the cpu target")
+    check(env_dict(m).get("MFSTREAM_ENGINE_KIND") == "cpu", "mfstream selects the CPU engine")
+    check("deploy" not in m, "compose.yaml reserves no GPU (compose.gpu.yaml does)")
     check(m.get("stop_grace_period"), "mfstream has a stop grace period for the final snapshot")
+    # the GPU override only adds and replaces keys
+    check(set(gpu.get("services", {})) == {"mfstream"}, "compose.gpu.yaml changes only mfstream")
+    gm = merge_service(m, gpu["services"]["mfstream"])
+    check(gm["build"]["target"] == "gpu" and gm.get("image") == "mfstream:gpu", "compose.gpu builds and runs the gpu target")
+    check(gm["build"].get("context") == m["build"]["context"], "compose.gpu keeps the build context")
+    check(env_dict(gm).get("MFSTREAM_ENGINE_KIND") == "cuda", "compose.gpu selects the CUDA engine")
+    devs = gm.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+    check(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devs),
+          "compose.gpu reserves an NVIDIA GPU")
+    # one PID namespace for writer and reader (LMDB tracks readers by PID), held by a service of
+    # its own so that a restart of mfstream does not SIGKILL the reader
     r = services["reader"]
-    check(r.get("pid") == "service:mfstream", "reader shares mfstream's PID namespace")
+    pid = m.get("pid", "")
+    holder = pid[len("service:"):] if pid.startswith("service:") else None
+    check(holder and holder in services and holder not in ("mfstream", "reader"),
+          "mfstream joins a PID namespace holder service (pid: %r)" % pid)
+    check(r.get("pid") == pid, "reader joins the same PID namespace as mfstream (%r)" % r.get("pid"))
+    if holder in services:
+        h = services[holder]
+        cmd = " ".join(h.get("command") or [])
+        check(cmd.startswith("bash -c") and "trap 'exit 0' TERM" in cmd and "wait" in cmd,
+              "%s is a pause: PID 1 that reaps (bash waits) and exits on SIGTERM: %s" % (holder, cmd))
+        check(not h.get("init"), "%s has no init: (podman refuses --init in a pod's PID namespace)" % holder)
+        check(h.get("restart") == "unless-stopped", "%s comes back with the stack" % holder)
+        check(h.get("healthcheck", {}).get("test") == ["NONE"],
+              "%s has no healthcheck (test NONE: podman-compose ignores disable)" % holder)
+        check(not h.get("volumes") and not h.get("ports") and "pid" not in h, "%s holds nothing else" % holder)
+        check(h.get("build", {}).get("target") in names, "%s's image is one the stack builds" % holder)
+        for name, s in (("mfstream", m), ("reader", r)):
+            dep = s.get("depends_on") or []
+            check(holder in (dep if isinstance(dep, list) else dep.keys()), "%s depends on %s" % (name, holder))
+    check(not m.get("init"), "mfstream has no init of its own (PID 1 is the holder's)")
     vol_of = lambda s: {v.split(":")[0]: v.split(":")[1] for v in s.get("volumes", [])}
     shared = set(vol_of(r)) & set(vol_of(m))
     check(shared, "reader and mfstream share a volume")
@@ -326,14 +352,12 @@ def test_compose():
     check(any("/var/lib/mfstream" == p for p in vol_of(m).values()), "mfstream's volume is /var/lib/mfstream")
     check(services["producer"].get("healthcheck", {}).get("disable") is True,
           "producer disables the image healthcheck (it has no metrics endpoint)")
-    # the CPU override
-    cm = cpu["services"]["mfstream"]
-    check(cm["build"]["target"] == "cpu" and cm["build"]["target"] in names, "compose.cpu builds the cpu target")
-    check(isinstance(cm.get("deploy"), dict) and cm["deploy"].get("__tag__") == "!reset",
-          "compose.cpu resets the GPU reservation")
-    check(env_dict(cm).get("MFSTREAM_ENGINE_KIND") == "cpu", "compose.cpu selects the CPU engine")
+    # kafka-init waits for the broker itself (podman-compose ignores depends_on conditions)
+    init_cmd = " ".join(services["kafka-init"]["command"])
+    check("ratings" in init_cmd, "kafka-init creates the ratings topic")
+    check("until " in init_cmd and "kafka-broker-api-versions.sh" in init_cmd, "kafka-init waits for the broker")
     # every MFSTREAM_* variable is a key the binary accepts, with the value it shows
-    for name, s in list(services.items()) + [("mfstream (cpu)", cm)]:
+    for name, s in list(services.items()) + [("mfstream (gpu)", gm)]:
         env = {k: v for k, v in env_dict(s).items() if k.startswith("MFSTREAM_")}
         if not env:
             continue
@@ -344,8 +368,20 @@ def test_compose():
             key = k[len("MFSTREAM_"):].lower()
             if key.startswith("kafka_"):
                 check(got.get("kafka." + key[6:].replace("_", ".")) == v, "%s: %s reaches kafka.*" % (name, k))
-    # the kafka-init topic command and the producer agree on the topic
-    check("ratings" in " ".join(services["kafka-init"]["command"]), "kafka-init creates the ratings topic")
+    # the test-only Kafka 2.4 override (tests/deploy) replaces the Kafka services and nothing else
+    t = load_yaml(os.path.join(SRC, "tests", "deploy", "compose.kafka24.yaml"))
+    check(set(t.get("services", {})) == {"kafka", "kafka-init"}, "compose.kafka24.yaml touches only kafka and kafka-init")
+    # an override must not set a list the base file has: Docker Compose replaces command and
+    # entrypoint, podman-compose 1.0.3 appends to them (and to every other list)
+    for oname, over in (("compose.gpu.yaml", gpu), ("compose.kafka24.yaml", t)):
+        for sname, so in over.get("services", {}).items():
+            base = services.get(sname, {})
+            for k, v in so.items():
+                check(not (isinstance(v, list) and isinstance(base.get(k), list)),
+                      "%s: %s.%s is a list in compose.yaml too (podman-compose would append)" % (oname, sname, k))
+                check(k not in base or type(base[k]) is type(v),
+                      "%s: %s.%s has the type of compose.yaml's (podman-compose refuses to merge others)"
+                      % (oname, sname, k))
     return c
 
 
