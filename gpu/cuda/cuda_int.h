@@ -32,6 +32,7 @@
 
 #define WARPS_PER_BLOCK 8
 #define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_modes) */
+#define HOT_GAIN 1.0 /* ... or by more than HOT_GAIN / lr: hot_c() */
 #define PLAIN_C 0.1 /* default: rows held by at most this many warps at once take plain stores */
 
 /* Row modes of the Hogwild kernel (per row in a set's mode arrays, per rating for batches):
@@ -148,6 +149,7 @@ struct cuda_impl {
 static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
 
 /* ---- sgd.cu ---- */
+double hot_c(const mfs_engine_t *e);
 int hog_setup(struct cuda_impl *c, int k);
 double hog_inflight(mfs_engine_t *e, size_t n);
 /* lr_scale multiplies the learning rate; count: add s->n to events_applied */

@@ -67,17 +67,17 @@ static int shuffled_copy(const mfs_batch_t *b, uint64_t seed, uint32_t *hu, uint
  *    Hogwild! bargain; a RED costs L2 atomic throughput a plain store does not. Lost updates
  *    act like a lower learning rate on the row, which is why the bound is well below one
  *    holder: at c ~ 0.5 plain stores already cost accuracy.
- *  - plain_c < c_r <= HOT_C: atomic deltas, so concurrent holders all land theirs.
- *  - c_r > HOT_C (hot): the c_r deltas computed from one stale row sum to a step c_r times the
- *    intended one, which diverges under heavy skew, so the row takes each delta whole with
- *    probability HOT_C / c_r: an averaged step, c_r / HOT_C times fewer atomics on the rows
- *    that bound throughput under skew. Only hot rows are sampled: scaling every shared row
- *    damps the moderately shared ones too much.
+ *  - plain_c < c_r <= hot: atomic deltas, so concurrent holders all land theirs.
+ *  - c_r > hot (hot_c(): HOT_C, lower at high rates): the c_r deltas computed from one stale
+ *    row sum to a step c_r times the intended one, which diverges under heavy skew, so the row
+ *    takes each delta whole with probability hot / c_r: an averaged step, c_r / hot times
+ *    fewer atomics on the rows that bound throughput under skew. Only hot rows are sampled:
+ *    scaling every shared row damps the moderately shared ones too much.
  * The measurements behind each bound: docs/BENCHMARKS.md, "Engine history".
  * A side whose rated rows all share one mode gets no array (*dev = NULL, *def = the mode):
  * uniform sets pay no extra load. Rows with no ratings in the set never matter. */
 static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, double inflight, double plain_c,
-                     float **dev, float *def)
+                     double hot, float **dev, float *def)
 {
 	*dev = NULL;
 	*def = MODE_PLAIN;
@@ -93,24 +93,24 @@ static int row_modes(const mfs_batch_t *b, uint32_t rows, const uint32_t *col, d
 	for (size_t x = 0; x < b->n; x++)
 		if (col[x] < rows)
 			cnt[col[x]]++;
-	size_t hot = 0, atomic = 0, plain = 0;
+	size_t nhot = 0, atomic = 0, plain = 0;
 	float first = -1.f;
 	int mixed = 0;
 	for (uint32_t r = 0; r < rows; r++) {
 		double c = inflight * (double)cnt[r] / (double)b->n;
-		md[r] = c > HOT_C ? (float)(HOT_C / c) : c > plain_c ? 1.0f : MODE_PLAIN;
+		md[r] = c > hot ? (float)(hot / c) : c > plain_c ? 1.0f : MODE_PLAIN;
 		if (!cnt[r])
 			continue;
-		hot += c > HOT_C;
-		atomic += c > plain_c && c <= HOT_C;
+		nhot += c > hot;
+		atomic += c > plain_c && c <= hot;
 		plain += c <= plain_c;
 		if (first < 0)
 			first = md[r];
 		mixed |= md[r] != first;
 	}
 	free(cnt);
-	mfs_debug("cuda", "msg=\"row modes\" rows=%u plain=%zu atomic=%zu hot=%zu inflight=%.0f", rows, plain, atomic, hot,
-	          inflight);
+	mfs_debug("cuda", "msg=\"row modes\" rows=%u plain=%zu atomic=%zu hot=%zu inflight=%.0f hot_c=%.1f", rows, plain,
+	          atomic, nhot, inflight, hot);
 	if (!mixed) {
 		*def = first < 0 ? MODE_PLAIN : first;
 		free(md);
@@ -144,8 +144,8 @@ static size_t distinct_rows(const uint32_t *col, size_t n, uint32_t rows)
 	return d;
 }
 
-/* The share of ratings whose row is hot (c > HOT_C, row_modes) with `inflight` held at once. */
-static double hot_share(const uint32_t *col, size_t n, uint32_t rows, double inflight)
+/* The share of ratings whose row is hot (c > hot, row_modes) with `inflight` held at once. */
+static double hot_share(const uint32_t *col, size_t n, uint32_t rows, double inflight, double hot)
 {
 	uint32_t *cnt = (uint32_t *)calloc((size_t)rows + 1, sizeof *cnt);
 	if (!cnt || !n) {
@@ -155,12 +155,12 @@ static double hot_share(const uint32_t *col, size_t n, uint32_t rows, double inf
 	for (size_t x = 0; x < n; x++)
 		if (col[x] < rows)
 			cnt[col[x]]++;
-	size_t hot = 0;
+	size_t on_hot = 0;
 	for (uint32_t r = 0; r < rows; r++)
-		if (inflight * (double)cnt[r] / (double)n > HOT_C)
-			hot += cnt[r];
+		if (inflight * (double)cnt[r] / (double)n > hot)
+			on_hot += cnt[r];
 	free(cnt);
-	return (double)hot / (double)n;
+	return (double)on_hot / (double)n;
 }
 
 /* User runs (runs.cu) or iid order for a set? Runs unless engine.cuda.user_runs is -1, or it
@@ -178,7 +178,7 @@ static int use_runs(mfs_engine_t *e, const mfs_batch_t *b)
 		return 1;
 	/* a group per run, at least a run per user with ratings */
 	const double held = runs_inflight(e, distinct_rows(b->u, b->n, e->model->n_users));
-	const double hot = hot_share(b->i, b->n, e->model->n_items, held);
+	const double hot = hot_share(b->i, b->n, e->model->n_items, held, hot_c(e));
 	mfs_info("cuda", "msg=\"resident set order\" ratings=%zu order=%s hot_item_share=%.3f", b->n,
 	         hot > RUNS_HOT_MAX ? "iid" : "user_runs", hot);
 	return hot <= RUNS_HOT_MAX;
@@ -218,13 +218,13 @@ int cuda_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **o
 	if (!rc && runs) {
 		/* a group holds one rating at a time; users are the groups' own (runs.cu) */
 		d->du = MODE_PLAIN;
-		rc = row_modes(b, e->model->n_items, b->i, runs_inflight(e, d->nruns), c->plain_c, &d->si, &d->di);
+		rc = row_modes(b, e->model->n_items, b->i, runs_inflight(e, d->nruns), c->plain_c, hot_c(e), &d->si, &d->di);
 	} else if (!rc && !e->conf.deterministic) {
 		/* ratings in flight as sgd_launch will run them (full grid, or fewer for small sets) */
 		const double inflight = hog_inflight(e, b->n);
-		rc = row_modes(b, e->model->n_users, b->u, inflight, c->plain_c, &d->su, &d->du);
+		rc = row_modes(b, e->model->n_users, b->u, inflight, c->plain_c, hot_c(e), &d->su, &d->du);
 		if (!rc)
-			rc = row_modes(b, e->model->n_items, b->i, inflight, c->plain_c, &d->si, &d->di);
+			rc = row_modes(b, e->model->n_items, b->i, inflight, c->plain_c, hot_c(e), &d->si, &d->di);
 	}
 	if (rc) {
 		free_set(d);
