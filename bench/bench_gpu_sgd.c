@@ -4,6 +4,7 @@
  *                 [--engine cuda|cpu] [--threads T] [--label NAME] [--csv FILE] [--copy-gb G]
  *                 [--dtype fp32|fp16] [--target-rmse R] [--max-epochs M] [--trace 1]
  *                 [--variants V1,V2,...] [--lr LR] [--set engine.cuda.KEY=VALUE ...]
+ *                 [--rows appearance]
  *
  * Data: a planted biased rank-8 model (mu 3.5, bias sd 0.3, dot sd 0.5, noise sd 0.5, clipped
  * to [1, 5]); users uniform, item popularity Zipf(S) over a random permutation of items; iid
@@ -16,7 +17,11 @@
  * rating 12 + p and q read and written (4 k x element size) + biases read and written 16 =
  * 16k + 28 in fp32, 8k + 28 in fp16 (--dtype); user runs (the CUDA engine's default): q read
  * and written + b_i 8 + item and value 8, and p and b_u once per run, spread over the set's
- * mean run length (mean_run).
+ * mean run length (mean_run). A default variant is counted as user runs; where the engine
+ * keeps the iid order (its log line msg="resident set order", e.g. at item Zipf 1.2) the iid
+ * count applies instead.
+ * --rows appearance numbers item rows in the order the training ratings first name them, as
+ * `mfstream train` does (the generator's numbering is a random permutation of popularity).
  *
  * Hyperparameters: lr 0.02 (--lr), lambda_p = lambda_q = 0.04, bias lambdas 0.02, fixed rate.
  *
@@ -165,6 +170,26 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* --rows appearance: item rows in the order the training ratings first name them (then the
+ * test's), as `mfstream train` numbers ids; the default keeps the generator's random numbering. */
+static int rows_appearance;
+static void renumber(uint32_t *I, size_t n, uint32_t *TI, size_t nt, uint32_t items)
+{
+	uint32_t *map = malloc((size_t)items * sizeof *map), next = 0;
+	if (!map)
+		return;
+	memset(map, 0xff, (size_t)items * sizeof *map);
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t *a = pass ? TI : I;
+		for (size_t x = 0, m = pass ? nt : n; x < m; x++) {
+			if (map[a[x]] == UINT32_MAX)
+				map[a[x]] = next++;
+			a[x] = map[a[x]];
+		}
+	}
+	free(map);
+}
+
 /* Ratings per run of the CUDA engine's user runs (runs.cu) with runs of at most run_max. */
 static double mean_run(const uint32_t *U, size_t n, long users, long run_max)
 {
@@ -303,6 +328,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(f, "--lr")) o.lr = atof(v);
 		else if (!strcmp(f, "--variants")) o.variants = v;
 		else if (!strcmp(f, "--set")) bench_set(v);
+		else if (!strcmp(f, "--rows")) rows_appearance = !strcmp(v, "appearance");
 		else {
 			fprintf(stderr, "bench_gpu_sgd: unknown flag %s\n", f);
 			return 2;
@@ -380,6 +406,8 @@ int main(int argc, char **argv)
 			U[w] = U[x], I[w] = I[x], R[w] = R[x], w++;
 		}
 	}
+	if (rows_appearance) /* as `mfstream train` numbers them: the first item met is row 0 */
+		renumber(I, ntrain, TI, ntest, (uint32_t)o.items);
 	double t_gen = mfs_now_s() - t0;
 
 	mfs_model_conf_t mc = {(int)o.k, 0.1, 42};
