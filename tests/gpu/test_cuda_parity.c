@@ -367,6 +367,31 @@ static void test_user_runs(void)
 	hogwild_case(20000, 20000, 4000000, 0.02f, NULL, 0);
 }
 
+/* Ratings of tr and te with item 0 hot (30 % of them): user and item offsets plus noise. */
+static void hot_item_ratings(struct batch *tr, struct batch *te, uint64_t seed)
+{
+	mfs_rng_t rng;
+	mfs_rng_seed(&rng, seed);
+	for (struct batch *b = tr; b; b = (b == tr) ? te : NULL)
+		for (size_t x = 0; x < b->n; x++) {
+			if (mfs_rng_uniform(&rng) < 0.3)
+				b->i[x] = 0;
+			b->r[x] = (float)(3.5 + 0.3 * ((int)(b->u[x] % 7) - 3) / 3.0 + (b->i[x] == 0 ? 0.8 : 0) +
+			                  0.5 * mfs_rng_normal(&rng));
+		}
+}
+
+/* Factors of m's rows in use that are not finite. */
+static size_t nonfinite_factors(const mfs_model_t *m)
+{
+	size_t bad = 0;
+	for (size_t x = 0; x < (size_t)m->n_users * m->k; x++)
+		bad += !isfinite(m->P[x]);
+	for (size_t x = 0; x < (size_t)m->n_items * m->k; x++)
+		bad += !isfinite(m->Q[x]);
+	return bad;
+}
+
 /* Streaming batches with a hot item (30 % of all ratings): the batch path must scale hot rows
  * like sets do. Before it did, `serve --engine cuda` drove a row to inf on a Zipf stream. */
 static void test_hogwild_batches_skewed(void)
@@ -374,15 +399,7 @@ static void test_hogwild_batches_skewed(void)
 	const uint32_t U = 20000, I = 2000;
 	const size_t N = 600000, B = 65536;
 	struct batch tr = random_batch(N, U, I, 31), te = random_batch(40000, U, I, 32);
-	mfs_rng_t rng;
-	mfs_rng_seed(&rng, 33);
-	for (struct batch *b = &tr; b; b = (b == &tr) ? &te : NULL)
-		for (size_t x = 0; x < b->n; x++) {
-			if (mfs_rng_uniform(&rng) < 0.3)
-				b->i[x] = 0;
-			b->r[x] = (float)(3.5 + 0.3 * ((int)(b->u[x] % 7) - 3) / 3.0 + (b->i[x] == 0 ? 0.8 : 0) +
-			                  0.5 * mfs_rng_normal(&rng));
-		}
+	hot_item_ratings(&tr, &te, 33);
 	double rmse[2] = {0, 0};
 	for (int g = 0; g < 2; g++) {
 		mfs_model_t *m = make_model(128, U, I, 4);
@@ -398,11 +415,7 @@ static void test_hogwild_batches_skewed(void)
 				TEST_OK(mfs_engine_sgd(e, &mb));
 			}
 		TEST_OK(mfs_engine_sync(e));
-		size_t bad = 0;
-		for (size_t x = 0; x < (size_t)m->n_users * m->k; x++)
-			bad += !isfinite(m->P[x]);
-		for (size_t x = 0; x < (size_t)m->n_items * m->k; x++)
-			bad += !isfinite(m->Q[x]);
+		const size_t bad = nonfinite_factors(m);
 		TEST_ASSERT_MSG(bad == 0, "%zu non-finite factors (%s)", bad, g ? "cuda" : "cpu");
 		mfs_loss_t l;
 		mfs_batch_t mte = {te.u, te.i, te.r, te.n};
@@ -427,15 +440,7 @@ static void test_hot_rows_high_rate(void)
 	const uint32_t U = 20000, I = 2000;
 	const size_t N = 600000;
 	struct batch tr = random_batch(N, U, I, 41), te = random_batch(40000, U, I, 42);
-	mfs_rng_t rng;
-	mfs_rng_seed(&rng, 43);
-	for (struct batch *b = &tr; b; b = (b == &tr) ? &te : NULL)
-		for (size_t x = 0; x < b->n; x++) {
-			if (mfs_rng_uniform(&rng) < 0.3)
-				b->i[x] = 0;
-			b->r[x] = (float)(3.5 + 0.3 * ((int)(b->u[x] % 7) - 3) / 3.0 + (b->i[x] == 0 ? 0.8 : 0) +
-			                  0.5 * mfs_rng_normal(&rng));
-		}
+	hot_item_ratings(&tr, &te, 43);
 	for (int runs = 0; runs >= -1; runs--) {
 		double rmse[2] = {0, 0};
 		for (int g = 0; g < 2; g++) {
@@ -455,11 +460,7 @@ static void test_hot_rows_high_rate(void)
 			for (uint64_t ep = 1; ep <= 5; ep++)
 				TEST_OK(mfs_engine_sgd_epoch(e, s, ep));
 			TEST_OK(mfs_engine_sync(e));
-			size_t bad = 0;
-			for (size_t x = 0; x < (size_t)m->n_users * m->k; x++)
-				bad += !isfinite(m->P[x]);
-			for (size_t x = 0; x < (size_t)m->n_items * m->k; x++)
-				bad += !isfinite(m->Q[x]);
+			const size_t bad = nonfinite_factors(m);
 			TEST_ASSERT_MSG(bad == 0, "%zu non-finite factors (%s, user runs %d)", bad, g ? "cuda" : "cpu", runs);
 			mfs_loss_t l;
 			TEST_OK(mfs_engine_loss(e, &mte, &l));

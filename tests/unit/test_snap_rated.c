@@ -42,6 +42,13 @@ static int publish(const char *dir, const mfs_model_t *m, const mfs_snap_rated_t
 	return rc;
 }
 
+/* User u rates items[0..n) in that order. */
+static void rate(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, const uint32_t *items, size_t n)
+{
+	for (size_t j = 0; j < n; j++)
+		TEST_OK(mfs_snap_rated_add(r, m, u, items[j]));
+}
+
 static void test_ring(void)
 {
 	mfs_model_t *m = model_new(4);
@@ -77,9 +84,7 @@ static void test_merge(void)
 	uint32_t A = add_item(m, mfs_id_u64(10)), B = add_item(m, mfs_id_u64(11)), C = add_item(m, str_id("item-c")),
 	         D = add_item(m, mfs_id_u64(13)), E = add_item(m, mfs_id_u64(14));
 	/* serve's first snapshot: the ratings since the start */
-	TEST_OK(mfs_snap_rated_add(r, m, u, A));
-	TEST_OK(mfs_snap_rated_add(r, m, u, B));
-	TEST_OK(mfs_snap_rated_add(r, m, u, C));
+	rate(r, m, u, (const uint32_t[]){A, B, C}, 3);
 	TEST_OK(mfs_snap_rated_add(r, m, alice, C));
 	publish(dir, m, r, 1);
 	mfs_snap_rated_clear(r);
@@ -88,9 +93,7 @@ static void test_merge(void)
 	size_t al = mfs_snap_key_str(ak, "alice", 5);
 	TEST_STR_EQ(list_of(dir, ak, al, buf, sizeof buf), "item-c");
 	/* the next: B again, D, E -> A C B D E -> the last 4 */
-	TEST_OK(mfs_snap_rated_add(r, m, u, B));
-	TEST_OK(mfs_snap_rated_add(r, m, u, D));
-	TEST_OK(mfs_snap_rated_add(r, m, u, E));
+	rate(r, m, u, (const uint32_t[]){B, D, E}, 3);
 	publish(dir, m, r, 1);
 	mfs_snap_rated_clear(r);
 	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "item-c,11,13,14");
@@ -99,9 +102,7 @@ static void test_merge(void)
 	publish(dir, m, r, 1);
 	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "item-c,11,13,14");
 	/* train's: the list replaces the stored one; a repeat inside it counts once */
-	TEST_OK(mfs_snap_rated_add(r, m, u, A));
-	TEST_OK(mfs_snap_rated_add(r, m, u, D));
-	TEST_OK(mfs_snap_rated_add(r, m, u, A));
+	rate(r, m, u, (const uint32_t[]){A, D, A}, 3);
 	publish(dir, m, r, 0);
 	TEST_STR_EQ(list_u64(dir, 1, buf, sizeof buf), "13,10");
 	mfs_snap_rated_free(r);
@@ -143,10 +144,8 @@ static void test_take(void)
 	TEST_OK(mfs_snap_rated_init(4, &r));
 	uint32_t u = add_user(m, mfs_id_u64(1)), alice = add_user(m, str_id("alice"));
 	uint32_t A = add_item(m, mfs_id_u64(10)), B = add_item(m, str_id("item-b")), C = add_item(m, mfs_id_u64(12));
-	TEST_OK(mfs_snap_rated_add(r, m, u, A));
-	TEST_OK(mfs_snap_rated_add(r, m, u, B));
-	TEST_OK(mfs_snap_rated_add(r, m, alice, B));
-	TEST_OK(mfs_snap_rated_add(r, m, alice, C));
+	rate(r, m, u, (const uint32_t[]){A, B}, 2);
+	rate(r, m, alice, (const uint32_t[]){B, C}, 2);
 	/* C leaves and its row goes to another item before the snapshot: alice's C is not that one */
 	mfs_model_begin_batch(m, 1);
 	mfs_id_t c = mfs_id_u64(12);
