@@ -150,6 +150,10 @@ static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_i
 
 /* ---- sgd.cu ---- */
 double hot_c(const mfs_engine_t *e);
+/* Resident blocks per SM of kernel fn at 8 warps a block (at least 1); MFS_EINVAL for no fn. */
+int kernel_bps(const void *fn, int *bps);
+/* Blocks for `work` items at per_block a block, at most `full` (one wave), at least 1. */
+size_t one_wave(size_t work, size_t per_block, size_t full);
 int hog_setup(struct cuda_impl *c, int k);
 double hog_inflight(mfs_engine_t *e, size_t n);
 /* lr_scale multiplies the learning rate; count: add s->n to events_applied */

@@ -230,11 +230,9 @@ template <typename T> static runs_fn<T> runs_kernel(int k)
 int runs_setup(struct cuda_impl *c, int k)
 {
 	const void *fn = c->fp16 ? (const void *)runs_kernel<__half>(k) : (const void *)runs_kernel<float>(k);
-	if (!fn)
-		return MFS_EINVAL;
-	int nb = 0;
-	MFS_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * WARPS_PER_BLOCK, 0));
-	c->run_bps = nb > 0 ? nb : 1;
+	int rc = kernel_bps(fn, &c->run_bps);
+	if (rc)
+		return rc;
 	mfs_debug("cuda", "msg=\"runs kernel\" k=%d fp16=%d blocks_per_sm=%d run_max=%u", k, c->fp16, c->run_bps,
 	          c->run_max);
 	return 0;
@@ -243,10 +241,7 @@ int runs_setup(struct cuda_impl *c, int k)
 /* Blocks of the runs launch: SMs x occupancy, fewer when there are fewer runs than groups. */
 static size_t runs_blocks(const struct cuda_impl *c, size_t nruns)
 {
-	const size_t per_block = (size_t)WARPS_PER_BLOCK * c->hog_g;
-	size_t need = (nruns + per_block - 1) / per_block, full = (size_t)c->sms * c->run_bps;
-	size_t b = need < full ? need : full;
-	return b ? b : 1;
+	return one_wave(nruns, (size_t)WARPS_PER_BLOCK * c->hog_g, (size_t)c->sms * c->run_bps);
 }
 
 /* Item rows held at once: two per group working a run (the rating being worked, and the next

@@ -157,17 +157,31 @@ template <typename T> static hog_fn<T> hog_kernel(int k, int *G)
 	return NULL;
 }
 
+int kernel_bps(const void *fn, int *bps)
+{
+	if (!fn)
+		return MFS_EINVAL;
+	int nb = 0;
+	MFS_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * WARPS_PER_BLOCK, 0));
+	*bps = nb > 0 ? nb : 1;
+	return 0;
+}
+
+size_t one_wave(size_t work, size_t per_block, size_t full)
+{
+	const size_t need = (work + per_block - 1) / per_block, b = need < full ? need : full;
+	return b ? b : 1;
+}
+
 /* The grid of the Hogwild kernel is SMs x its occupancy; the hot-row estimates need the number
  * of ratings held at once (warps x ratings per warp). Computed once at open: k and the dtype
  * are fixed for the engine's life. */
 int hog_setup(struct cuda_impl *c, int k)
 {
 	const void *fn = c->fp16 ? (const void *)hog_kernel<__half>(k, &c->hog_g) : (const void *)hog_kernel<float>(k, &c->hog_g);
-	if (!fn)
-		return MFS_EINVAL;
-	int nb = 0;
-	MFS_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * WARPS_PER_BLOCK, 0));
-	c->hog_bps = nb > 0 ? nb : 1;
+	int rc = kernel_bps(fn, &c->hog_bps);
+	if (rc)
+		return rc;
 	mfs_debug("cuda", "msg=\"hogwild kernel\" k=%d fp16=%d blocks_per_sm=%d ratings_per_warp=%d", k, c->fp16, c->hog_bps,
 	          c->hog_g);
 	return 0;
@@ -178,10 +192,7 @@ int hog_setup(struct cuda_impl *c, int k)
 static size_t hog_blocks(mfs_engine_t *e, size_t n)
 {
 	const struct cuda_impl *c = impl_of(e);
-	const size_t per_block = (size_t)WARPS_PER_BLOCK * c->hog_g;
-	size_t need = (n + per_block - 1) / per_block;
-	size_t full = (size_t)c->sms * c->hog_bps;
-	size_t b = need < full ? need : full;
+	size_t b = one_wave(n, (size_t)WARPS_PER_BLOCK * c->hog_g, (size_t)c->sms * c->hog_bps);
 	if (c->rows_per_warp) {
 		const mfs_model_t *m = e->model;
 		size_t rows = m->n_users < m->n_items ? m->n_users : m->n_items;
