@@ -169,7 +169,10 @@ int mfs_engine_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
 	    !(isfinite(hp->lambda_bi) && hp->lambda_bi >= 0) || isnan(hp->clip_min) || isnan(hp->clip_max) ||
 	    hp->clip_min > hp->clip_max)
 		return MFS_EINVAL;
-	return e->iface->set_hparams(e, hp);
+	int rc = e->iface->set_hparams(e, hp);
+	if (!rc)
+		e->hp = *hp; /* the host's copy: the CPU engine's updates and the CUDA engine's row modes read it */
+	return rc;
 }
 
 int mfs_engine_grow(mfs_engine_t *e)

@@ -13,6 +13,8 @@ struct mfs_engine_i {
 	int (*can_implement)(const mfs_model_t *m, char *why, size_t why_size);
 	int (*open)(mfs_engine_t *e, char *errstr, size_t errstr_size);
 	void (*close)(mfs_engine_t *e);
+	/* push hp where the engine's kernels read it; e->hp, the host copy, is kept by the caller
+	 * (mfs_engine_set_hparams) once this returns 0 */
 	int (*set_hparams)(mfs_engine_t *e, const mfs_hparams_t *hp);
 	int (*grow)(mfs_engine_t *e); /* (optional) */
 	/* lr_scale multiplies the learning rate for this batch (1: mfs_engine_sgd); repeat: not counted
@@ -41,7 +43,7 @@ struct mfs_engine {
 	const struct mfs_engine_i *iface;
 	mfs_engine_conf_t conf;
 	mfs_model_t *model;
-	mfs_hparams_t hp;
+	mfs_hparams_t hp;   /* the last set by mfs_engine_set_hparams (the defaults before) */
 	uint64_t sgd_calls; /* mfs_engine_sgd calls that succeeded */
 	void *impl;         /* implementation state */
 };

@@ -235,7 +235,6 @@ static int cuda_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
 	struct cuda_impl *c = impl_of(e);
 	MFS_CUDA_TRY(cudaMemcpyAsync(c->d_hp, hp, sizeof *hp, cudaMemcpyHostToDevice, c->stream));
 	MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
-	e->hp = *hp; /* the host's copy: row modes read the rate (hot_c) */
 	return 0;
 }
 
