@@ -28,7 +28,7 @@ set -e
 "$bin" gen --gen.ratings 5000 --gen.users 300 --gen.items 200 --gen.seed 5 --output "$tmp/r.tsv" 2>/dev/null
 "$bin" train --input "$tmp/r.tsv" --snapshot "$tmp/snap" --k 16 --epochs 2 --engine cpu 2>/dev/null >/dev/null
 "$bin" serve --embedded-broker --partitions 2 --topic demo --snapshot "$tmp/snap" --k 16 --engine cpu \
-	--serve.snapshot_ms 100 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+	--serve.snapshot_ms 100 --metrics.listen 127.0.0.1:0 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
 end=$(deadline 10)
 while [ "$SECONDS" -le "$end" ]; do grep -q "bootstrap=" "$tmp/serve.out" && break; sleep 0.1; done
