@@ -22,7 +22,8 @@
 # producers (its CPU profile: OUT-ts-threads.csv;
 # where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
-# (e.g. --gen.users 1000000).
+# (e.g. --gen.users 1000000); USER_OFFSET_STEP gives the time series' producer j the users from
+# j x this on (gen.user_offset), so producers with arriving users (gen.user_arrival) draw disjoint ones.
 #
 # Against a real Kafka broker: `bench/stream.sh --brokers HOST:PORT BUILD_DIR OUT_PREFIX [EVENTS]`
 # (or BROKERS=HOST:PORT): every run gets a topic of its own on it (created with the
@@ -259,6 +260,7 @@ np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
 	"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
 		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) ${TS_PRODUCE_ARGS:-} \
+		${USER_OFFSET_STEP:+--gen.user_offset $((j * USER_OFFSET_STEP))} \
 		2>"$tmp/produce-ts-$j.log" &
 	pp[j]=$!
 done

@@ -55,20 +55,21 @@ int mfs_cmd_gen(int argc, char **argv)
 		goto done;
 	}
 	ret = 1;
-	const uint64_t U = (uint64_t)c.gen_users, I = (uint64_t)c.gen_items;
+	const uint64_t I = (uint64_t)c.gen_items;
 	const char *out_path = c.gen_output && *c.gen_output ? c.gen_output : "-";
 	double t0 = mfs_now_s();
 	mfs_synth_t *syn = NULL;
 	mfs_rfile_writer_t *w = NULL;
-	uint8_t *tu = calloc((U + 7) / 8, 1), *ti = calloc((I + 7) / 8, 1);
+	uint8_t *tu = NULL, *ti = calloc((I + 7) / 8, 1);
 	char err[512];
 	int rc;
-	if (!tu || !ti) {
-		fprintf(stderr, "mfstream gen: out of memory\n");
-		goto done_free;
-	}
 	if ((rc = mfs_synth_open(&c, &syn, err, sizeof err))) {
 		fprintf(stderr, "mfstream gen: %s\n", err);
+		goto done_free;
+	}
+	const uint64_t ubase = mfs_synth_user_base(syn);
+	if (!ti || !(tu = calloc((mfs_synth_user_span(syn) + 7) / 8, 1))) {
+		fprintf(stderr, "mfstream gen: out of memory\n");
 		goto done_free;
 	}
 	if ((rc = mfs_rfile_writer_open(out_path, MFS_RFMT_AUTO, &w, err, sizeof err))) {
@@ -79,8 +80,9 @@ int mfs_cmd_gen(int argc, char **argv)
 	float x;
 	int64_t ts;
 	while (mfs_synth_next(syn, &u, &i, &x, &ts)) {
-		users_touched += !(tu[u >> 3] & (1u << (u & 7)));
-		tu[u >> 3] |= (uint8_t)(1u << (u & 7));
+		const uint64_t ub = u - ubase;
+		users_touched += !(tu[ub >> 3] & (1u << (ub & 7)));
+		tu[ub >> 3] |= (uint8_t)(1u << (ub & 7));
 		items_touched += !(ti[i >> 3] & (1u << (i & 7)));
 		ti[i >> 3] |= (uint8_t)(1u << (i & 7));
 		mfs_id_t uid = mfs_id_u64(u + 1), iid = mfs_id_u64(i + 1);

@@ -27,6 +27,16 @@
  * (0 users, 1 items, 2 user sampler, 3 item sampler, 4 the ratings), so N ratings are a
  * prefix of more ratings with the same other settings. Timestamps are 1_700_000_000_000 ms
  * + n, one millisecond per rating, so they strictly increase.
+ *
+ * Arriving users (gen.user_arrival A > 0): users join the stream at A per rating. Before
+ * rating n, U + floor(A n) users have joined (the first U are there from the start); a rating's
+ * user is the (k+1)-th most recent of them, k drawn by the user sampler over [0, U), so U
+ * users are active at a time and each stays for about U / A ratings. The U planted rows are
+ * a ring: a user who joins takes the slot of the one who left, and its bias and factors (and
+ * drift) are drawn from an RNG stream of its own (6, and the user's index), so memory stays
+ * bounded by U. The item side and every draw of stream 4 are the same as without arrivals.
+ * gen.user_offset shifts every user index (ids offset+1 ...), so producers with different
+ * offsets draw disjoint users.
  */
 #include <errno.h>
 #include <math.h>
@@ -143,6 +153,12 @@ struct mfs_synth {
 	float *C;      /* drift: the second planted vector c_u of each user (NULL without drift) */
 	float *phase;  /* drift: o_u */
 	double period; /* gen.drift_period (0: none) */
+	double arrival;  /* gen.user_arrival: users joining per rating (0: a fixed population) */
+	uint64_t U;      /* gen.users: the active users, the planted rows' ring */
+	uint64_t joined; /* users joined so far (arrivals) */
+	uint64_t offset; /* gen.user_offset */
+	uint64_t seed;
+	double fsd, bias_sd;
 	mfs_rng_t g;
 };
 
@@ -217,9 +233,32 @@ int mfs_synth_open(const struct mfs_conf *c, mfs_synth_t **out, char *errstr, si
 				s->C[u * (size_t)r + (size_t)k] = (float)(fsd * mfs_rng_normal(&g));
 		}
 	}
+	s->arrival = c->gen_user_arrival;
+	s->U = s->joined = U;
+	s->offset = (uint64_t)c->gen_user_offset;
+	s->seed = seed;
+	s->fsd = fsd;
+	s->bias_sd = c->gen_bias_sd;
 	mfs_rng_seed(&s->g, mfs_mix64(seed, 4));
 	*out = s;
 	return 0;
+}
+
+/* A user joins (arrivals): its planted row, in the ring slot of the user who left. */
+static void plant_user(mfs_synth_t *s, uint64_t user)
+{
+	const int rk = s->rank;
+	const uint64_t slot = user % s->U;
+	mfs_rng_t g;
+	mfs_rng_seed(&g, mfs_mix64(mfs_mix64(s->seed, 6), user));
+	s->bu[slot] = (float)(s->bias_sd * mfs_rng_normal(&g));
+	for (int k = 0; k < rk; k++)
+		s->P[slot * (size_t)rk + (size_t)k] = (float)(s->fsd * mfs_rng_normal(&g));
+	if (s->C) {
+		s->phase[slot] = (float)mfs_rng_uniform(&g);
+		for (int k = 0; k < rk; k++)
+			s->C[slot * (size_t)rk + (size_t)k] = (float)(s->fsd * mfs_rng_normal(&g));
+	}
 }
 
 int mfs_synth_next(mfs_synth_t *s, uint64_t *u, uint64_t *i, float *rating, int64_t *ts_ms)
@@ -227,24 +266,39 @@ int mfs_synth_next(mfs_synth_t *s, uint64_t *u, uint64_t *i, float *rating, int6
 	if (s->pos >= s->n)
 		return 0;
 	const int rk = s->rank;
-	*u = sampler_draw(&s->su, &s->g);
+	uint64_t user = sampler_draw(&s->su, &s->g);
 	*i = sampler_draw(&s->si, &s->g);
-	const float *pu = s->P + *u * (size_t)rk, *qi = s->Q + *i * (size_t)rk;
+	if (s->arrival > 0) { /* the (user+1)-th most recent of the users joined so far */
+		const uint64_t want = s->U + (uint64_t)(s->arrival * (double)s->pos);
+		while (s->joined < want)
+			plant_user(s, s->joined++);
+		user = s->joined - 1 - user;
+	}
+	const uint64_t slot = user % s->U;
+	*u = user + s->offset;
+	const float *pu = s->P + slot * (size_t)rk, *qi = s->Q + *i * (size_t)rk;
 	double dot = 0;
 	for (int k = 0; k < rk; k++)
 		dot += (double)pu[k] * (double)qi[k];
 	if (s->C) { /* drift: cos(phi) a_u . q_i + sin(phi) c_u . q_i */
-		const float *cu = s->C + *u * (size_t)rk;
+		const float *cu = s->C + slot * (size_t)rk;
 		double dc = 0;
 		for (int k = 0; k < rk; k++)
 			dc += (double)cu[k] * (double)qi[k];
-		const double phi = 2.0 * M_PI * ((double)s->pos / s->period + (double)s->phase[*u]);
+		const double phi = 2.0 * M_PI * ((double)s->pos / s->period + (double)s->phase[slot]);
 		dot = cos(phi) * dot + sin(phi) * dc;
 	}
-	double x = s->mean + s->bu[*u] + s->bi[*i] + dot + s->noise * mfs_rng_normal(&s->g);
+	double x = s->mean + s->bu[slot] + s->bi[*i] + dot + s->noise * mfs_rng_normal(&s->g);
 	*rating = (float)(x < s->min ? s->min : x > s->max ? s->max : x);
 	*ts_ms = SYNTH_T0_MS + (int64_t)s->pos++;
 	return 1;
 }
 
 uint64_t mfs_synth_count(const mfs_synth_t *s) { return s->n; }
+
+uint64_t mfs_synth_user_base(const mfs_synth_t *s) { return s->offset; }
+
+uint64_t mfs_synth_user_span(const mfs_synth_t *s)
+{
+	return s->U + (s->arrival > 0 ? (uint64_t)(s->arrival * (double)s->n) + 1 : 0);
+}

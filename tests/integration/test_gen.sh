@@ -29,6 +29,22 @@ check "drift turns a full circle per period" awk -F'\t' '{ r[NR - 1] = $3 } END 
 	for (n = 0; n < 1000; n++) if (r[n] > 0.05) pos = 1; else if (r[n] < -0.05) neg = 1
 	exit bad || !pos || !neg }' "$T/sine.tsv"
 
+# arriving users (gen.user_arrival): 0 is the stream without the key; on, the same items and
+# times; the users of rating n are the gen.users most recent of U + floor(A n) joined, so early
+# users leave and new ones come; a prefix stays a prefix; gen.user_offset shifts user ids only
+"$BIN" gen --n 20000 --seed 3 --users 100 --gen.user_arrival 0 --output "$T/a0.tsv" 2>/dev/null
+"$BIN" gen --n 20000 --seed 3 --users 100 --output "$T/an.tsv" 2>/dev/null
+"$BIN" gen --n 20000 --seed 3 --users 100 --gen.user_arrival 0.1 --output "$T/a1.tsv" 2>"$T/a1.log"
+"$BIN" gen --n 5000 --seed 3 --users 100 --gen.user_arrival 0.1 --output "$T/a1p.tsv" 2>/dev/null
+"$BIN" gen --n 20000 --seed 3 --users 100 --gen.user_arrival 0.1 --gen.user_offset 1000000 --output "$T/a1o.tsv" 2>/dev/null
+check "arrival 0 is a fixed population" cmp -s "$T/a0.tsv" "$T/an.tsv"
+check "arrivals keep items and times" cmp -s <(cut -f2,4 "$T/a1.tsv") <(cut -f2,4 "$T/an.tsv")
+check "users are the 100 most recent of those joined" awk -F'\t' '{ j = 100 + int(0.1 * (NR - 1)); if ($1 > j || $1 <= j - 100) bad = 1 } END { exit bad }' "$T/a1.tsv"
+check "new users keep coming" test "$(cut -f1 "$T/a1.tsv" | sort -u | wc -l)" -gt 1900
+check "users touched counted" grep -q 'users_touched=[0-9]\{4\}' "$T/a1.log"
+check "arrivals: a prefix stays a prefix" cmp -s "$T/a1p.tsv" <(head -n 5000 "$T/a1.tsv")
+check "user offset shifts user ids only" cmp -s <(awk -F'\t' -v OFS='\t' '{ $1 -= 1000000; print }' "$T/a1o.tsv") "$T/a1.tsv"
+
 # determinism and counts
 "$BIN" gen --n 5000 --seed 3 --output "$T/a.tsv" 2>"$T/a.log"
 "$BIN" gen --n 5000 --seed 3 --output "$T/b.tsv" 2>/dev/null
