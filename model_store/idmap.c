@@ -181,9 +181,10 @@ mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row)
 	return id;
 }
 
-uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id)
+uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id) { return mfs_idmap_find_h(m, id, id_hash(id)); }
+
+uint32_t mfs_idmap_find_h(const mfs_idmap_t *m, const mfs_id_t *id, uint64_t h)
 {
-	uint64_t h = id_hash(id);
 	uint32_t row = table_find(m, &m->t, h, id);
 	if (row == MFS_ROW_NONE && m->old.s)
 		row = table_find(m, &m->old, h, id);

@@ -57,6 +57,9 @@ int mfs_idmap_init(mfs_idmap_t **out);
 void mfs_idmap_free(mfs_idmap_t *m);
 /** Row of id, or MFS_ROW_NONE. */
 uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id);
+/** The same with h = mfs_idmap_hash(id) computed beforehand. Reads only: several threads may
+ *  look up at once while no thread adds or removes. */
+uint32_t mfs_idmap_find_h(const mfs_idmap_t *m, const mfs_id_t *id, uint64_t h);
 /** Row of id, adding it if new (*added = 1). @return 0, ENOMEM, MFS_EFULL (2^32-1 rows), MFS_EIDLEN. */
 int mfs_idmap_get_or_add(mfs_idmap_t *m, const mfs_id_t *id, uint32_t *row, int *added);
 /** The same with h = mfs_idmap_hash(id) computed beforehand (see mfs_idmap_prefetch). */
@@ -151,6 +154,19 @@ void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count);
 /** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items), of
  *  the row's generation: a row given to a new id after it was freed starts from other values. */
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out);
+/* A batch's rows over several threads (serve/rows.c), giving the rows mfs_model_rows would:
+ * lookups first (mfs_model_find_h, on any threads), then in event order the ids they did not
+ * find (mfs_model_row_h, one thread per side), then the new rows' values
+ * (mfs_model_init_fresh, on any threads, distinct rows). Only for models without lifecycle
+ * tracking (m->track 0): there a lookup also touches, expires and evicts rows. */
+/** Row of id (hash h = mfs_idmap_hash(id)), or MFS_ROW_NONE; adds, touches and frees nothing. */
+uint32_t mfs_model_find_h(const mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h);
+/** The row mfs_model_rows gives id, except that a new row's factors and bias are not written:
+ *  *fresh = 1 then, and mfs_model_init_fresh must write them before the row is used.
+ *  @return as mfs_model_rows. */
+int mfs_model_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row, int *fresh);
+/** A new row's initial factors and zero bias (what mfs_model_rows writes for it). */
+void mfs_model_init_fresh(mfs_model_t *m, int ent, uint32_t row);
 
 /* ---- ratings as rows --------------------------------------------------------------- */
 /** Ratings as dense rows of a model (structure of arrays): what every later stage (engines,

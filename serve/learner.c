@@ -18,6 +18,7 @@
  * rarer, never training slower), barriers (revocation, shutdown) wait for their commit, and
  * offsets are committed to the broker only after the commit of the snapshot that stores them.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "serve/learner.h"
 
 #include <errno.h>
@@ -27,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/grow.h"
@@ -454,6 +457,17 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	return 0;
 }
 
+/* serve.rows_threads, 0: half the CPUs this process may run on, 2..8 */
+static int rows_threads(const mfs_conf_t *c)
+{
+	if (c->serve_rows_threads > 0)
+		return (int)c->serve_rows_threads;
+	cpu_set_t set;
+	int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	n /= 2;
+	return n < 2 ? 2 : n > 8 ? 8 : n;
+}
+
 /* The replay's recency scale (serve/replay.h tau), in ratings: serve.replay_half_life_s of event
  * time at the rate events have come in event time since the learner began (1 rating a second
  * until the clock has moved). */
@@ -851,7 +865,11 @@ static void *thread_main(void *arg)
 	if (rc)
 		return NULL;
 	stats_update(l);
-	mfs_rows_start(&l->rows); /* without it every batch resolves its rows on this thread */
+	if ((rc = mfs_rows_start(&l->rows))) { /* without it every batch resolves its rows on this thread */
+		mfs_warn("serve", "msg=\"rows threads not started: ids resolve on the learner alone\" threads=%d err=\"%s\"",
+		         l->rows.threads, mfs_strerror(rc));
+		rc = 0;
+	}
 	if ((rc = mfs_publisher_start(l->pub, l->e))) {
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {
@@ -931,7 +949,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	l->win.m = l->hwin.m = l->m;
-	if ((rc = mfs_rows_init(&l->rows, l->m))) {
+	if ((rc = mfs_rows_init(&l->rows, l->m, rows_threads(c)))) {
 		mfs_errf(errstr, es, rc, "rows: %s", mfs_strerror(rc));
 		goto fail;
 	}

@@ -1,19 +1,26 @@
 /* rows.h - a batch's events to model rows (new ids get initialized rows), and the rows touched
  * since the last snapshot.
  *
- * A large batch is resolved on two threads: the users' side on the rows thread, the items'
- * on the caller's. The two halves of the model share nothing (model_store/store.h), and each
- * side adds its new ids in event order, so the rows are exactly those one thread would give.
- * Below MFS_ROWS_SPLIT_MIN events the hand-over (a condition-variable wake, ~10-50 us) would
- * cost more than it saves: one side of a batch that size is some 100 us of lookups.
+ * A large batch is resolved over serve.rows_threads threads (a pool, common/par.h, the caller
+ * counted) in three steps, and the rows are exactly those one thread would give:
+ *   1. lookups: every event's user and item id, hashed and looked up in chunks on all threads
+ *      (the maps are only read);
+ *   2. the ids not found, in event order, one thread per side (the two halves of the model
+ *      share nothing, model_store/store.h): new ids get their rows here, in the order a
+ *      single thread would give them, and each side's rows are marked touched;
+ *   3. the new rows' initial values (factors, zero bias) on all threads.
+ * A model with lifecycle tracking (bounds, TTL, admission of tracked rows: model_store/life.h),
+ * or a batch with deletions, takes the serial path per side instead (a lookup there may touch,
+ * expire or evict rows), the two sides still on two threads. Below MFS_ROWS_SPLIT_MIN events
+ * everything runs on the caller: a hand-over (~10-50 us) would cost more than it saves.
  */
 #ifndef MFS_ROWS_H
 #define MFS_ROWS_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/par.h"
 #include "model_store/store.h"
 #include "model_store/touched.h"
 #include "serve/batcher.h"
@@ -25,23 +32,29 @@ typedef struct mfs_rows {
 	uint32_t *u, *i;      /* the rows of the last batch's events, in event order */
 	size_t cap_u, cap_i;
 	mfs_touched_t tu, ti; /* rows touched since the last mfs_touched_clear (the snapshot's) */
-	/* the rows thread: the users' side of a large batch, one job at a time */
-	pthread_t thread;
-	int started, quit, state;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	mfs_par_t *par;       /* the pool (NULL until mfs_rows_start: the caller's thread alone) */
+	int threads;          /* the pool's size, the caller counted */
+	/* the batch being resolved, for the pool's tasks */
 	const mfs_ebatch_t *batch;
-	int rc;
+	uint64_t *h[2];       /* each side's id hashes (step 1) */
+	size_t cap_h[2];
+	uint32_t *fresh[2];   /* each side's new rows, values not written yet (step 2) */
+	size_t n_fresh[2], cap_fresh[2];
+	int rc[2];
+	uint64_t steps[3];    /* batches that took the three-step path / the two-sided serial one / the caller alone */
+	int sides_only;       /* benchmarks: the two-sided serial path for every large batch (as before the three steps) */
 } mfs_rows_t;
 
-/** Resolve rows of model m. @return 0 or a pthread error. */
-int mfs_rows_init(mfs_rows_t *r, mfs_model_t *m);
-/** Start the rows thread (without it every batch resolves on the caller's thread). */
-void mfs_rows_start(mfs_rows_t *r);
+/** Resolve rows of model m with `threads` threads (>= 1, the caller counted) once started.
+ *  @return 0. */
+int mfs_rows_init(mfs_rows_t *r, mfs_model_t *m, int threads);
+/** Start the pool (without it every batch resolves on the caller's thread). @return 0, ENOMEM
+ *  or a pthread error (the caller's thread alone then). */
+int mfs_rows_start(mfs_rows_t *r);
 /** r->u / r->i = the rows of b's events; the rows are marked touched. @return 0, or the first
  *  error (ENOMEM, MFS_EFULL, MFS_EIDLEN) of either side. */
 int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b);
-/** Stop the rows thread (idle between batches). */
+/** Stop the pool (idle between batches). */
 void mfs_rows_stop(mfs_rows_t *r);
 void mfs_rows_free(mfs_rows_t *r);
 

@@ -1,0 +1,148 @@
+/* bench_rows.c - ids to rows (serve/rows.c) on a stream of arriving users: ns per event and
+ * events/s of mfs_rows_resolve for each variant and thread count.
+ *
+ *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
+ *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--csv FILE]
+ *
+ * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
+ * users + floor(A n) users have joined and the event's user is one of the `users` most recent
+ * (uniform here), so A of the events bring a new user; items are uniform. Each variant starts
+ * from an empty model (k factors, so new rows cost what they cost in serve) and resolves the
+ * stream in batches of --batch events, clearing the touched marks every 16 batches as a
+ * snapshot does. Only mfs_rows_resolve is timed (building a batch is not).
+ * Variants: `sides`: each side of a batch in event order on its own thread (the path before
+ * the three steps; threads beyond 2 idle); `steps`: lookups on every thread, then the ids not
+ * found in event order per side, then the new rows' values on every thread (rows.h).
+ * Also printed: new user rows, minor page faults per new row (the host tables grow into fresh
+ * pages). One process; variants and thread counts run one after another.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "common/rng.h"
+#include "common/timeutil.h"
+#include "serve/rows.h"
+
+static long minflt(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+int main(int argc, char **argv)
+{
+	int k = 128;
+	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
+	double arrival = 0.1;
+	const char *threads_s = "1,2,4,8", *variants_s = "sides,steps", *csv_path = NULL;
+	for (int a = 1; a < argc; a++) {
+		const char *v = a + 1 < argc ? argv[a + 1] : "";
+		if (!strcmp(argv[a], "--k"))
+			k = atoi(v), a++;
+		else if (!strcmp(argv[a], "--users"))
+			users = strtoull(v, NULL, 10), a++;
+		else if (!strcmp(argv[a], "--items"))
+			items = strtoull(v, NULL, 10), a++;
+		else if (!strcmp(argv[a], "--events"))
+			events = strtoull(v, NULL, 10), a++;
+		else if (!strcmp(argv[a], "--batch"))
+			batch = strtoull(v, NULL, 10), a++;
+		else if (!strcmp(argv[a], "--arrival"))
+			arrival = atof(v), a++;
+		else if (!strcmp(argv[a], "--threads"))
+			threads_s = v, a++;
+		else if (!strcmp(argv[a], "--variants"))
+			variants_s = v, a++;
+		else if (!strcmp(argv[a], "--csv"))
+			csv_path = v, a++;
+		else {
+			fprintf(stderr, "usage: see the header of bench/bench_rows.c\n");
+			return 2;
+		}
+	}
+	if (k < 1 || !users || !items || !batch || !events) {
+		fprintf(stderr, "bench_rows: --k, --users, --items, --batch and --events must be positive\n");
+		return 2;
+	}
+	FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+	if (csv_path && !csv) {
+		perror(csv_path);
+		return 1;
+	}
+	if (csv)
+		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row\n");
+	printf("ids -> rows: %" PRIu64 " events, %" PRIu64 " active users, %.3g new users per event, %" PRIu64
+	       " items, k=%d, batches of %" PRIu64 "\n",
+	       events, users, arrival, items, k, batch);
+	printf("%-7s %7s %9s %11s %12s %10s %14s\n", "variant", "threads", "seconds", "ns/event", "M events/s",
+	       "new users", "faults/new row");
+	mfs_ebatch_t b = {0};
+	b.ev = calloc(batch, sizeof *b.ev);
+	if (!b.ev) {
+		fprintf(stderr, "bench_rows: out of memory\n");
+		return 1;
+	}
+	char vbuf[64];
+	snprintf(vbuf, sizeof vbuf, "%s", variants_s);
+	for (char *vs = strtok(vbuf, ","); vs; vs = strtok(NULL, ",")) {
+		const int sides = !strcmp(vs, "sides");
+		if (!sides && strcmp(vs, "steps")) {
+			fprintf(stderr, "bench_rows: unknown variant %s (sides, steps)\n", vs);
+			return 2;
+		}
+		for (const char *ts = threads_s; *ts;) {
+			const int threads = atoi(ts);
+			ts += strcspn(ts, ",");
+			ts += *ts == ',';
+			if (threads < 1 || (sides && threads != 2 && threads != 1))
+				continue; /* sides uses one or two threads */
+			mfs_model_conf_t mc = {k, 0.1, 7};
+			mfs_model_t *m;
+			mfs_rows_t r;
+			if (mfs_model_init(&mc, &m) || mfs_rows_init(&r, m, threads) || mfs_rows_start(&r)) {
+				fprintf(stderr, "bench_rows: out of memory\n");
+				return 1;
+			}
+			r.sides_only = sides;
+			mfs_rng_t g;
+			mfs_rng_seed(&g, 12345);
+			double secs = 0;
+			long f0 = minflt();
+			for (uint64_t pos = 0, nb = 0; pos < events; nb++) {
+				b.n = events - pos < batch ? (size_t)(events - pos) : (size_t)batch;
+				for (size_t j = 0; j < b.n; j++, pos++) {
+					const uint64_t joined = users + (uint64_t)(arrival * (double)pos);
+					b.ev[j].user = mfs_id_u64(joined - mfs_rng_below(&g, users));
+					b.ev[j].item = mfs_id_u64(1 + mfs_rng_below(&g, items));
+				}
+				const double t0 = mfs_now_s();
+				if (mfs_rows_resolve(&r, &b)) {
+					fprintf(stderr, "bench_rows: resolve failed\n");
+					return 1;
+				}
+				secs += mfs_now_s() - t0;
+				if (nb % 16 == 15) {
+					mfs_touched_clear(&r.tu);
+					mfs_touched_clear(&r.ti);
+				}
+			}
+			const double fpr = (double)(minflt() - f0) / (double)(m->n_users ? m->n_users : 1);
+			const double ns = secs * 1e9 / (double)events;
+			printf("%-7s %7d %9.3f %11.1f %12.2f %10u %14.3f\n", vs, threads, secs, ns, (double)events / secs / 1e6,
+			       m->n_users, fpr);
+			if (csv)
+				fprintf(csv, "%s,%d,%d,%" PRIu64 ",%g,%.4f,%.2f,%.0f,%u,%.4f\n", vs, threads, k, events, arrival, secs, ns,
+				        (double)events / secs, m->n_users, fpr);
+			mfs_rows_free(&r);
+			mfs_model_free(m);
+		}
+	}
+	free(b.ev);
+	if (csv)
+		fclose(csv);
+	return 0;
+}

@@ -1,0 +1,194 @@
+/* test_rows.c - serve/rows.c and common/par.c: a batch's rows over several threads are those one
+ * thread gives (the same rows, the same new rows' values, the same touched marks), on every
+ * path (three steps; tracked models and batches with deletions; small batches), and the pool
+ * runs every task exactly once. */
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "common/par.h"
+#include "common/rng.h"
+#include "model_store/life.h"
+#include "serve/rows.h"
+#include "testhelp.h"
+
+/* ---- the pool -------------------------------------------------------------------------- */
+
+static atomic_int *g_hits;
+static void hit(void *arg, size_t t)
+{
+	(void)arg;
+	atomic_fetch_add(&g_hits[t], 1);
+}
+
+static void test_par_every_task_once(void)
+{
+	const int threads[] = {1, 2, 3, 8};
+	const size_t ns[] = {0, 1, 2, 7, 1000};
+	g_hits = calloc(1000, sizeof *g_hits);
+	for (size_t a = 0; a < sizeof threads / sizeof *threads; a++) {
+		mfs_par_t *p;
+		TEST_OK(mfs_par_init(&p, threads[a], "test-par"));
+		TEST_EQ_INT(mfs_par_threads(p), threads[a]);
+		for (int rep = 0; rep < 50; rep++)
+			for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
+				for (size_t t = 0; t < 1000; t++)
+					atomic_store(&g_hits[t], 0);
+				mfs_par_run(p, ns[b], hit, NULL);
+				int bad = 0;
+				for (size_t t = 0; t < 1000; t++)
+					bad += atomic_load(&g_hits[t]) != (t < ns[b] ? 1 : 0);
+				TEST_ASSERT_MSG(bad == 0, "threads %d n %zu rep %d: %d tasks not run once", threads[a], ns[b], rep, bad);
+			}
+		mfs_par_free(p);
+	}
+	free(g_hits);
+	mfs_par_free(NULL);
+}
+
+/* ---- rows ------------------------------------------------------------------------------ */
+
+enum { K = 16 };
+
+typedef struct batchset {
+	mfs_ebatch_t b;
+	char (*names)[24]; /* string ids' bytes */
+} batchset_t;
+
+/* n events: users arriving (a few hundred new per thousand events, repeats and in-batch
+ * duplicates), items from a few thousand, string ids for every third user when str. Users
+ * first seen in an earlier batch recur. */
+static void make_batch(batchset_t *s, size_t n, uint64_t seed, uint64_t base, int str)
+{
+	memset(s, 0, sizeof *s);
+	s->b.ev = calloc(n, sizeof *s->b.ev);
+	s->names = calloc(n, sizeof *s->names);
+	s->b.n = s->b.cap = n;
+	mfs_rng_t g;
+	mfs_rng_seed(&g, seed);
+	for (size_t j = 0; j < n; j++) {
+		const uint64_t joined = base + j / 3;
+		const uint64_t u = joined - mfs_rng_below(&g, joined < 2000 ? joined + 1 : 2000);
+		mfs_event_t *e = &s->b.ev[j];
+		if (str && u % 3 == 0) {
+			int len = snprintf(s->names[j], sizeof s->names[j], "user-%llu", (unsigned long long)u);
+			e->user = (mfs_id_t){MFS_ID_STR, (uint16_t)len, 0, s->names[j]};
+		} else {
+			e->user = mfs_id_u64(u + 1);
+		}
+		e->item = mfs_id_u64(1 + mfs_rng_below(&g, 5000));
+		e->rating = 3.0f;
+		e->op = MFS_OP_RATE;
+	}
+}
+
+static void free_batch(batchset_t *s)
+{
+	free(s->b.ev);
+	free(s->b.del);
+	free(s->b.del_at);
+	free(s->names);
+}
+
+static mfs_model_t *new_model(int tracked, unsigned admit)
+{
+	mfs_model_conf_t c = {K, 0.1, 7};
+	mfs_model_t *m;
+	TEST_OK(mfs_model_init(&c, &m));
+	if (tracked)
+		TEST_OK(mfs_model_life(m, 1000000, 0));
+	if (admit)
+		TEST_OK(mfs_model_admit(m, admit, 1 << 16));
+	return m;
+}
+
+static int same_model(const mfs_model_t *a, const mfs_model_t *b)
+{
+	if (a->n_users != b->n_users || a->n_items != b->n_items)
+		return 0;
+	return !memcmp(a->P, b->P, (size_t)a->n_users * K * sizeof(float)) &&
+	       !memcmp(a->Q, b->Q, (size_t)a->n_items * K * sizeof(float)) &&
+	       !memcmp(a->bu, b->bu, a->n_users * sizeof(float)) && !memcmp(a->bi, b->bi, a->n_items * sizeof(float));
+}
+
+static int same_touched(const mfs_touched_t *a, const mfs_touched_t *b)
+{
+	return a->n == b->n && !memcmp(a->rows, b->rows, a->n * sizeof *a->rows);
+}
+
+/* Resolve `nb` batches of n events with one thread and with `threads`, compare everything;
+ * want_path: the path (rows.h steps[]) the pool's side must have taken for every batch. */
+static void check_same(size_t n, int nb, int str, int tracked, unsigned admit, int deletions, int threads,
+                       int want_path)
+{
+	mfs_model_t *m1 = new_model(tracked, admit), *m2 = new_model(tracked, admit);
+	mfs_rows_t r1, r2;
+	TEST_OK(mfs_rows_init(&r1, m1, 1));
+	TEST_OK(mfs_rows_init(&r2, m2, threads));
+	TEST_OK(mfs_rows_start(&r1));
+	TEST_OK(mfs_rows_start(&r2));
+	TEST_ASSERT(r1.par == NULL && r2.par != NULL);
+	for (int k = 0; k < nb; k++) {
+		batchset_t s;
+		make_batch(&s, n, 100 + (uint64_t)k, (uint64_t)k * n / 4, str);
+		if (deletions) { /* one user deleted half way: its id's later events get a new row */
+			s.b.del = calloc(1, sizeof *s.b.del);
+			s.b.del_at = calloc(1, sizeof *s.b.del_at);
+			s.b.del[0] = (mfs_event_t){.user = s.b.ev[0].user, .op = MFS_OP_DEL_USER};
+			s.b.del_at[0] = n / 2;
+			s.b.n_del = 1;
+		}
+		if (tracked) {
+			mfs_model_begin_batch(m1, 1000 + (uint32_t)k);
+			mfs_model_begin_batch(m2, 1000 + (uint32_t)k);
+		}
+		TEST_OK(mfs_rows_resolve(&r1, &s.b));
+		TEST_OK(mfs_rows_resolve(&r2, &s.b));
+		TEST_ASSERT_MSG(!memcmp(r1.u, r2.u, n * sizeof *r1.u), "batch %d: user rows differ", k);
+		TEST_ASSERT_MSG(!memcmp(r1.i, r2.i, n * sizeof *r1.i), "batch %d: item rows differ", k);
+		free_batch(&s);
+	}
+	TEST_ASSERT_MSG(same_model(m1, m2), "models differ (users %u/%u)", m1->n_users, m2->n_users);
+	TEST_ASSERT(same_touched(&r1.tu, &r2.tu) && same_touched(&r1.ti, &r2.ti));
+	TEST_EQ_INT(r2.steps[want_path], nb);
+	TEST_EQ_INT(r1.steps[2], nb); /* one thread: always the caller alone */
+	/* the batches brought new ids: the test would pass vacuously without */
+	TEST_ASSERT(m1->n_users > n / 8 && m1->n_items > 1000);
+	mfs_rows_free(&r1);
+	mfs_rows_free(&r2);
+	mfs_model_free(m1);
+	mfs_model_free(m2);
+}
+
+static void test_three_steps_same_rows(void)
+{
+	check_same(20000, 4, 0, 0, 0, 0, 4, 0);
+	check_same(20000, 3, 0, 0, 0, 0, 2, 0);
+	check_same(50000, 2, 0, 0, 0, 0, 8, 0);
+}
+
+static void test_three_steps_string_ids(void) { check_same(20000, 3, 1, 0, 0, 0, 4, 0); }
+
+static void test_three_steps_admission(void)
+{
+	/* ids seen fewer than 2 times get no row (MFS_ROW_NONE), in the same events either way */
+	check_same(20000, 3, 0, 0, 2, 0, 4, 0);
+}
+
+static void test_tracked_and_deletions_serial_sides(void)
+{
+	check_same(20000, 3, 0, 1, 0, 0, 4, 1);
+	check_same(20000, 3, 0, 0, 0, 1, 4, 1);
+}
+
+static void test_small_batch_on_caller(void) { check_same(MFS_ROWS_SPLIT_MIN - 1, 3, 0, 0, 0, 0, 4, 2); }
+
+int main(void)
+{
+	TEST_RUN(test_par_every_task_once);
+	TEST_RUN(test_three_steps_same_rows);
+	TEST_RUN(test_three_steps_string_ids);
+	TEST_RUN(test_three_steps_admission);
+	TEST_RUN(test_tracked_and_deletions_serial_sides);
+	TEST_RUN(test_small_batch_on_caller);
+	return TEST_REPORT();
+}
