@@ -21,7 +21,8 @@
  * keeps the iid order (its log line msg="resident set order", e.g. at item Zipf 1.2) the iid
  * count applies instead.
  * --rows appearance numbers item rows in the order the training ratings first name them, as
- * `mfstream train` does (the generator's numbering is a random permutation of popularity).
+ * `mfstream train --train.item_order appearance` does (the generator's numbering is a random
+ * permutation of popularity, like train's default renumbering).
  *
  * Hyperparameters: lr 0.02 (--lr), lambda_p = lambda_q = 0.04, bias lambdas 0.02, fixed rate.
  *
@@ -171,7 +172,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* --rows appearance: item rows in the order the training ratings first name them (then the
- * test's), as `mfstream train` numbers ids; the default keeps the generator's random numbering. */
+ * test's), as `mfstream train --train.item_order appearance` numbers ids; the default keeps the
+ * generator's random numbering. */
 static int rows_appearance;
 static void renumber(uint32_t *I, size_t n, uint32_t *TI, size_t nt, uint32_t items)
 {
@@ -406,7 +408,7 @@ int main(int argc, char **argv)
 			U[w] = U[x], I[w] = I[x], R[w] = R[x], w++;
 		}
 	}
-	if (rows_appearance) /* as `mfstream train` numbers them: the first item met is row 0 */
+	if (rows_appearance) /* as train.item_order appearance numbers them: the first item met is row 0 */
 		renumber(I, ntrain, TI, ntest, (uint32_t)o.items);
 	double t_gen = mfs_now_s() - t0;
 

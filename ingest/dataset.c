@@ -105,6 +105,14 @@ void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed)
 	}
 }
 
+void mfs_ratings_remap(mfs_ratings_t *rs, int ent, const uint32_t *perm)
+{
+	uint32_t *rows = ent ? rs->i : rs->u;
+	for (size_t j = 0; j < rs->n; j++)
+		if (rows[j] != MFS_ROW_NONE)
+			rows[j] = perm[rows[j]];
+}
+
 /* Give back the growth slack (at most half the arrays) once loading is done. */
 static void ratings_trim(mfs_ratings_t *rs)
 {

@@ -36,6 +36,9 @@ static inline mfs_batch_t mfs_ratings_batch(const mfs_ratings_t *rs)
 }
 /** Shuffle in place with a seeded Fisher-Yates. */
 void mfs_ratings_shuffle(mfs_ratings_t *rs, uint64_t seed);
+/** Renumber one side's rows after mfs_model_permute_rows(m, ent, perm): every user (ent 0) or
+ *  item (ent 1) row r becomes perm[r]; MFS_ROW_NONE stays. */
+void mfs_ratings_remap(mfs_ratings_t *rs, int ent, const uint32_t *perm);
 
 typedef struct mfs_load_opts {
 	mfs_rfile_opts_t file;

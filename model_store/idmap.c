@@ -338,3 +338,31 @@ void mfs_idmap_remove(mfs_idmap_t *m, uint32_t row)
 	m->live--;
 	arena_compact(m);
 }
+
+/* Renumber in place: keys move to their new rows, and every slot that names a row (in the table
+ * being filled and in the one draining) names its new one. Slots stay where they are, since
+ * their place follows the id's hash, not its row; tombstones and the drain position are
+ * untouched, so an incremental rehash under way goes on as it was. O(rows + slots). */
+int mfs_idmap_permute(mfs_idmap_t *m, const uint32_t *perm)
+{
+	if (!m->n)
+		return 0;
+	struct key *nk = malloc((size_t)m->cap * sizeof *nk);
+	if (!nk)
+		return ENOMEM;
+	for (uint32_t r = 0; r < m->n; r++)
+		nk[perm[r]] = m->keys[r];
+	free(m->keys);
+	m->keys = nk;
+	struct table *ts[2] = {&m->t, &m->old};
+	for (int t = 0; t < 2; t++) {
+		if (!ts[t]->s)
+			continue;
+		for (size_t i = 0; i <= ts[t]->mask; i++) {
+			struct slot *s = &ts[t]->s[i];
+			if (s->row1 && s->row1 != TOMB)
+				s->row1 = perm[s->row1 - 1] + 1;
+		}
+	}
+	return 0;
+}

@@ -233,3 +233,13 @@ void mfs_life_release(mfs_model_t *m)
 		m->life[ent] = NULL;
 	}
 }
+
+void mfs_life_permute(mfs_model_t *m, int ent, const uint32_t *perm)
+{
+	mfs_life_t *L = life_of(m, ent);
+	uint32_t *lists[3] = {L->free_rows, L->pending, L->reused};
+	const size_t ns[3] = {L->n_free, L->n_pending, L->n_reused};
+	for (int l = 0; l < 3; l++)
+		for (size_t j = 0; j < ns[l]; j++)
+			lists[l][j] = perm[lists[l][j]];
+}

@@ -105,6 +105,9 @@ int mfs_life_free_row(mfs_model_t *m, int ent, uint32_t row, int why);
 /** Note that row of ent got a new id (the engine must take its fresh values); call before the
  *  row is stamped for its new id. @return 0 or ENOMEM. */
 int mfs_life_reused(mfs_model_t *m, int ent, uint32_t row);
+/** Renumber the rows on ent's free, pending and reused lists: row r becomes perm[r]
+ *  (mfs_model_permute_rows). */
+void mfs_life_permute(mfs_model_t *m, int ent, const uint32_t *perm);
 void mfs_life_release(mfs_model_t *m);
 
 #endif

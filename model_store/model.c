@@ -9,6 +9,7 @@
  * same model.
  */
 #define _GNU_SOURCE /* mremap */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,4 +350,75 @@ void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count)
 	m->mu_count += count;
 	if (m->mu_count)
 		m->mu = m->mu_sum / (double)m->mu_count;
+}
+
+/* a[perm[r]] = a[r] for r < n, elements of es bytes, in place: each cycle of perm is walked
+ * once, carrying one element (tmp: 2 x es bytes; done: n bits, zeroed here). O(n x es) bytes
+ * moved and no second copy of the table, which for the factors can be most of the memory. */
+static void permute_in_place(void *a, size_t es, uint32_t n, const uint32_t *perm, uint64_t *done, unsigned char *tmp)
+{
+	unsigned char *base = a, *carry = tmp, *swap = tmp + es;
+	memset(done, 0, ((size_t)n + 63) / 64 * sizeof *done);
+	for (uint32_t s = 0; s < n; s++) {
+		if (done[s / 64] >> (s % 64) & 1)
+			continue;
+		memcpy(carry, base + (size_t)s * es, es);
+		for (uint32_t j = perm[s];; j = perm[j]) {
+			done[j / 64] |= 1ull << (j % 64);
+			if (j == s) {
+				memcpy(base + (size_t)s * es, carry, es);
+				break;
+			}
+			memcpy(swap, base + (size_t)j * es, es);
+			memcpy(base + (size_t)j * es, carry, es);
+			memcpy(carry, swap, es);
+		}
+	}
+}
+
+int mfs_model_permute_rows(mfs_model_t *m, int ent, const uint32_t *perm)
+{
+	mfs_idmap_t *map = ent ? m->items : m->users;
+	const uint32_t n = mfs_idmap_size(map);
+	const size_t row_bytes = (size_t)m->k * sizeof(float);
+	assert(n == (ent ? m->n_items : m->n_users));
+	uint64_t *done = calloc(((size_t)n + 63) / 64 + 1, sizeof *done);
+	unsigned char *tmp = malloc(2 * row_bytes);
+	int rc = done && tmp ? 0 : ENOMEM;
+	for (uint32_t r = 0; !rc && r < n; r++) { /* a bijection: every target in range, none twice */
+		if (perm[r] >= n || (done[perm[r] / 64] >> (perm[r] % 64) & 1))
+			rc = MFS_EINVAL;
+		else
+			done[perm[r] / 64] |= 1ull << (perm[r] % 64);
+	}
+	/* the one step that can fail (it allocates) first: the model is unchanged on error */
+	if (rc || (rc = mfs_idmap_permute(map, perm)))
+		goto out;
+	mfs_life_permute(m, ent, perm);
+	float *F = ent ? m->Q : m->P, *b = ent ? m->bi : m->bu;
+	permute_in_place(F, row_bytes, n, perm, done, tmp);
+	permute_in_place(b, sizeof *b, n, perm, done, tmp);
+	permute_in_place(m->gen[ent], sizeof *m->gen[ent], n, perm, done, tmp);
+	if (m->track) {
+		permute_in_place(m->seen[ent], sizeof *m->seen[ent], n, perm, done, tmp);
+		permute_in_place(m->stamp[ent], sizeof *m->stamp[ent], n, perm, done, tmp);
+	}
+out:
+	free(done);
+	free(tmp);
+	return rc;
+}
+
+void mfs_model_draw_order(const mfs_model_t *m, int ent, uint32_t *perm)
+{
+	const uint32_t n = mfs_idmap_size(ent ? m->items : m->users);
+	mfs_rng_t g;
+	mfs_rng_seed(&g, mfs_mix64(m->seed ^ 0x6f72646572ull /* "order" */, (uint64_t)ent));
+	for (uint32_t r = 0; r < n; r++)
+		perm[r] = r;
+	for (uint32_t r = n; r > 1; r--) { /* Fisher-Yates */
+		const uint32_t j = (uint32_t)mfs_rng_below(&g, r), t = perm[r - 1];
+		perm[r - 1] = perm[j];
+		perm[j] = t;
+	}
 }

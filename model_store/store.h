@@ -3,7 +3,8 @@
  * An external id is an unsigned 64-bit integer or a UTF-8 string of 1..256 bytes; the two
  * kinds never compare equal (u64 7 and string "7" are different ids). Each entity (users,
  * items) has an idmap that hands out dense rows 0, 1, 2, ... in first-seen order, and the
- * model keeps bias + k factors per row plus the global mean mu.
+ * model keeps bias + k factors per row plus the global mean mu. mfs_model_permute_rows
+ * renumbers a table's rows afterwards (`mfstream train` spreads its items over the table so).
  *
  * Text form of an id (files, CLI): a token that is a canonical decimal u64 ("0", "42", no
  * leading zeros, < 2^64) is a u64 id; any other token is a string id. "str:" forces a
@@ -82,6 +83,10 @@ void mfs_idmap_remove(mfs_idmap_t *m, uint32_t row);
 /** The external id of a row (kind 0 for a dead row). A string points into the map: valid
  *  until the next insert or removal. */
 mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row);
+/** Renumber the rows: the id of row r (live or dead) is at row perm[r] afterwards, for every r
+ *  < mfs_idmap_size(m); perm must be a bijection of [0, size) (mfs_model_permute_rows checks
+ *  it). @return 0 or ENOMEM (the map unchanged). */
+int mfs_idmap_permute(mfs_idmap_t *m, const uint32_t *perm);
 
 /* ---- model -------------------------------------------------------------------------- */
 typedef struct mfs_model_conf {
@@ -151,6 +156,20 @@ uint32_t mfs_model_live(const mfs_model_t *m, int ent);
 int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items);
 /** Fold ratings into the running global mean. */
 void mfs_model_observe(mfs_model_t *m, double rating_sum, uint64_t count);
+/** Renumber the rows of entity ent (0 users, 1 items): what row r held (id, bias, factors,
+ *  generation, last-seen time and stamp, a place on the free, pending or reused lists) is at
+ *  row perm[r] afterwards, for every r < mfs_idmap_size (rows handed out, dead ones included).
+ *  Every id keeps its values; only its row number changes. Rows held outside the model are
+ *  the caller's to renumber with the same perm: rating arrays, touched sets, rated trackers,
+ *  snapshot stages, an engine's mirror (so call it before an engine opens on the model, or
+ *  while none is). Between batches, like every call that changes rows.
+ *  @param[in] perm a bijection of [0, rows of ent)
+ *  @return 0, MFS_EINVAL (perm is not a bijection), ENOMEM; the model unchanged on error. */
+int mfs_model_permute_rows(mfs_model_t *m, int ent, const uint32_t *perm);
+/** perm[r] for every row r < mfs_idmap_size of entity ent: a uniformly random permutation
+ *  drawn from the model's seed and ent alone (the same on every machine and run), for
+ *  mfs_model_permute_rows. */
+void mfs_model_draw_order(const mfs_model_t *m, int ent, uint32_t *perm);
 /** The deterministic initial factor vector of row `row` of entity `ent` (0 users, 1 items), of
  *  the row's generation: a row given to a new id after it was freed starts from other values. */
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out);

@@ -49,6 +49,20 @@ read_at=$(grep -n 'msg="test file read"' "$tmp/order" | cut -d: -f1)
 [ "$(grep -c 'test RMSE' "$tmp/order")" -eq 1 ] || fail "the test was not scored exactly once"
 grep -q "test: 6000 ratings" "$tmp/order" || fail "test set: $(grep 'test:' "$tmp/order")"
 
+# train.item_order: the item rows renumbered at random by default (one log line), kept with
+# appearance. A test file read after training looks its ids up in the renumbered map: the
+# training file itself, scored as the test, gives the training RMSE (unclipped against clipped)
+for o in random appearance; do
+	"$bin" train --input "$tmp/tr.tsv" --test "$tmp/tr.tsv" --k 16 --epochs 5 --engine cpu --deterministic \
+		--train.item_order "$o" --log.level info >"$tmp/io" 2>&1 || { cat "$tmp/io"; fail "train.item_order $o failed"; }
+	n=$(grep -c 'msg="item rows renumbered"' "$tmp/io" || true)
+	[ "$n" -eq "$([ "$o" = random ] && echo 1 || echo 0)" ] || { cat "$tmp/io"; fail "train.item_order $o: $n renumbering lines"; }
+	a=$(sed -n 's/.*train RMSE \([0-9.]*\).*/\1/p' "$tmp/io")
+	b=$(sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p' "$tmp/io")
+	awk -v a="$a" -v b="$b" 'BEGIN { exit !(a != "" && b != "" && a - b < 0.005 && b - a < 0.005) }' ||
+		{ cat "$tmp/io"; fail "train.item_order $o: the training file as the test scores $b, training $a"; }
+done
+
 # --train.trace_test: a test_rmse column on every epoch row, from the test made resident on the
 # engine before training. With no validation split the model kept is the last epoch's, and the
 # CPU engine's resident loss and the final score (score_host: another CPU engine over the same
