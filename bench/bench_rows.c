@@ -2,7 +2,7 @@
  * events/s of mfs_rows_resolve for each variant and thread count.
  *
  *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
- *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--csv FILE]
+ *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--rated N] [--csv FILE]
  *
  * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
  * users + floor(A n) users have joined and the event's user is one of the `users` most recent
@@ -14,7 +14,10 @@
  * the three steps; threads beyond 2 idle); `steps`: lookups on every thread, then the ids not
  * found in event order per side, then the new rows' values on every thread (rows.h).
  * Also printed: new user rows, minor page faults per new row (the host tables grow into fresh
- * pages). One process; variants and thread counts run one after another.
+ * pages), and for `steps` the seconds of each of the three steps. --rated N also times what
+ * the learner does next with the rows: the seen-items tracker (snapshot.seen_items N,
+ * snapshots/snap_rated.h) fed every event (`sides`: one thread, as before; `steps`: a shard per
+ * thread on the pool), cleared every 16 batches. One process; variants and thread counts run one after another.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include "common/rng.h"
 #include "common/timeutil.h"
 #include "serve/rows.h"
+#include "snapshots/snap_rated.h"
 
 static long minflt(void)
 {
@@ -38,6 +42,7 @@ int main(int argc, char **argv)
 	int k = 128;
 	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
 	double arrival = 0.1;
+	int rated_max = 0;
 	const char *threads_s = "1,2,4,8", *variants_s = "sides,steps", *csv_path = NULL;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : "";
@@ -57,6 +62,8 @@ int main(int argc, char **argv)
 			threads_s = v, a++;
 		else if (!strcmp(argv[a], "--variants"))
 			variants_s = v, a++;
+		else if (!strcmp(argv[a], "--rated"))
+			rated_max = atoi(v), a++;
 		else if (!strcmp(argv[a], "--csv"))
 			csv_path = v, a++;
 		else {
@@ -74,12 +81,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (csv)
-		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row\n");
+		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row,"
+		             "lookup_s,add_s,values_s\n");
 	printf("ids -> rows: %" PRIu64 " events, %" PRIu64 " active users, %.3g new users per event, %" PRIu64
 	       " items, k=%d, batches of %" PRIu64 "\n",
 	       events, users, arrival, items, k, batch);
-	printf("%-7s %7s %9s %11s %12s %10s %14s\n", "variant", "threads", "seconds", "ns/event", "M events/s",
-	       "new users", "faults/new row");
+	printf("%-7s %7s %9s %11s %12s %10s %14s %29s\n", "variant", "threads", "seconds", "ns/event", "M events/s",
+	       "new users", "faults/new row", "steps lookup/add/values (s)");
 	mfs_ebatch_t b = {0};
 	b.ev = calloc(batch, sizeof *b.ev);
 	if (!b.ev) {
@@ -108,6 +116,13 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			r.sides_only = sides;
+			mfs_snap_rated_t *rated = NULL;
+			if (rated_max > 0 &&
+			    mfs_snap_rated_init_shards((uint32_t)rated_max, sides ? 1 : (uint32_t)threads, &rated)) {
+				fprintf(stderr, "bench_rows: out of memory\n");
+				return 1;
+			}
+			double rated_s = 0;
 			mfs_rng_t g;
 			mfs_rng_seed(&g, 12345);
 			double secs = 0;
@@ -124,19 +139,30 @@ int main(int argc, char **argv)
 					fprintf(stderr, "bench_rows: resolve failed\n");
 					return 1;
 				}
-				secs += mfs_now_s() - t0;
+				const double t1 = mfs_now_s();
+				secs += t1 - t0;
+				if (rated && mfs_snap_rated_add_many(rated, m, r.u, r.i, b.n, r.par)) {
+					fprintf(stderr, "bench_rows: out of memory\n");
+					return 1;
+				}
+				rated_s += mfs_now_s() - t1;
 				if (nb % 16 == 15) {
+					mfs_snap_rated_clear(rated);
 					mfs_touched_clear(&r.tu);
 					mfs_touched_clear(&r.ti);
 				}
 			}
 			const double fpr = (double)(minflt() - f0) / (double)(m->n_users ? m->n_users : 1);
 			const double ns = secs * 1e9 / (double)events;
-			printf("%-7s %7d %9.3f %11.1f %12.2f %10u %14.3f\n", vs, threads, secs, ns, (double)events / secs / 1e6,
-			       m->n_users, fpr);
+			printf("%-7s %7d %9.3f %11.1f %12.2f %10u %14.3f %11.3f %8.3f %8.3f\n", vs, threads, secs, ns,
+			       (double)events / secs / 1e6, m->n_users, fpr, r.step_s[0], r.step_s[1], r.step_s[2]);
 			if (csv)
-				fprintf(csv, "%s,%d,%d,%" PRIu64 ",%g,%.4f,%.2f,%.0f,%u,%.4f\n", vs, threads, k, events, arrival, secs, ns,
-				        (double)events / secs, m->n_users, fpr);
+				fprintf(csv, "%s,%d,%d,%" PRIu64 ",%g,%.4f,%.2f,%.0f,%u,%.4f,%.4f,%.4f,%.4f\n", vs, threads, k, events,
+				        arrival, secs, ns, (double)events / secs, m->n_users, fpr, r.step_s[0], r.step_s[1], r.step_s[2]);
+			if (rated)
+				printf("%-7s %7d seen items (snapshot.seen_items %d, %s): %.3f s, %.1f ns/event\n", vs, threads, rated_max,
+				       sides ? "one thread, as before" : "a shard per thread", rated_s, rated_s * 1e9 / (double)events);
+			mfs_snap_rated_free(rated);
 			mfs_rows_free(&r);
 			mfs_model_free(m);
 		}

@@ -20,6 +20,7 @@
  * removals that made the garbage).
  */
 #include <stdint.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -85,14 +86,38 @@ static int key_eq(const mfs_idmap_t *m, uint32_t row, const mfs_id_t *id)
 	return k->len == id->len && memcmp(m->arena + k->v, id->str, id->len) == 0;
 }
 
+/* Tables of 2 MiB and more are mapped with 2 MiB pages where the kernel gives them for the
+ * asking: inserts and the rehash's copies write random slots, and with 4 KiB pages nearly every
+ * one into a page not touched yet (a fault each) until the table is dense. */
+#define BIG_TABLE (2u << 20)
+
 static int table_alloc(struct table *t, size_t slots)
 {
-	t->s = calloc(slots, sizeof *t->s);
+	const size_t bytes = slots * sizeof *t->s;
+	if (bytes >= BIG_TABLE) {
+		void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		t->s = p == MAP_FAILED ? NULL : p;
+#ifdef MADV_HUGEPAGE
+		if (t->s)
+			(void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+	} else {
+		t->s = calloc(slots, sizeof *t->s);
+	}
 	if (!t->s)
 		return ENOMEM;
 	t->mask = slots - 1;
 	t->tombs = 0;
 	return 0;
+}
+
+static void table_free(struct table *t)
+{
+	if (t->s && (t->mask + 1) * sizeof *t->s >= BIG_TABLE)
+		munmap(t->s, (t->mask + 1) * sizeof *t->s);
+	else
+		free(t->s);
+	t->s = NULL;
 }
 
 static inline uint64_t slot_key(const mfs_id_t *id, uint64_t h) { return id->kind == MFS_ID_U64 ? id->num : h; }
@@ -138,8 +163,7 @@ static void migrate(mfs_idmap_t *m, size_t steps)
 		}
 	}
 	if (m->migrate_pos == end) {
-		free(m->old.s);
-		m->old.s = NULL;
+		table_free(&m->old);
 		m->migrate_pos = 0;
 	}
 }
@@ -159,8 +183,8 @@ void mfs_idmap_free(mfs_idmap_t *m)
 {
 	if (!m)
 		return;
-	free(m->t.s);
-	free(m->old.s);
+	table_free(&m->t);
+	table_free(&m->old);
 	free(m->keys);
 	free(m->arena);
 	free(m);

@@ -380,9 +380,6 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 			continue;
 		}
 		sum += ev->rating;
-		/* trained or held out, the user rated the item: top-K leaves it out */
-		if (l->rated && (rc = mfs_snap_rated_add(l->rated, l->m, ru, ri)))
-			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
 			l->hi_[nh] = ri;
@@ -393,6 +390,10 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 			l->tr_[nt++] = ev->rating;
 		}
 	}
+	/* trained or held out, the user rated the item: top-K leaves it out (each user's ratings in
+	 * order; the tracker's shards on the rows pool) */
+	if (l->rated && (rc = mfs_snap_rated_add_many(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par)))
+		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	ph_mark(l, MFS_LPH_ROWS);
 	if (l->m->n_users != l->grown_users || l->m->n_items != l->grown_items) {
 		if ((rc = mfs_engine_grow(l->e)))
@@ -954,8 +955,10 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	l->rows_ok = 1;
-	if (c->snapshot_seen_items > 0 && ((rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated)) ||
-	                                   (rc = mfs_snap_rated_init((uint32_t)c->snapshot_seen_items, &l->rated_spare)))) {
+	const uint32_t rsh = (uint32_t)l->rows.threads; /* one shard per thread of the rows pool */
+	if (c->snapshot_seen_items > 0 &&
+	    ((rc = mfs_snap_rated_init_shards((uint32_t)c->snapshot_seen_items, rsh, &l->rated)) ||
+	     (rc = mfs_snap_rated_init_shards((uint32_t)c->snapshot_seen_items, rsh, &l->rated_spare)))) {
 		mfs_errf(errstr, es, rc, "snapshot.seen_items: %s", mfs_strerror(rc));
 		goto fail;
 	}

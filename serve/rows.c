@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "common/grow.h"
+#include "common/timeutil.h"
 #include "model_store/life.h"
 
 #define LOOKUP_CHUNK 4096 /* events per lookup task (step 1) */
@@ -146,10 +147,16 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]))
 				return ENOMEM;
 		const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
+		const double t0 = mfs_now_s();
 		mfs_par_run(r->par, 2 * chunks, lookup_task, r);
+		const double t1 = mfs_now_s();
 		mfs_par_run(r->par, 2, add_task, r);
+		const double t2 = mfs_now_s();
 		const size_t nf = (r->n_fresh[0] + FRESH_CHUNK - 1) / FRESH_CHUNK + (r->n_fresh[1] + FRESH_CHUNK - 1) / FRESH_CHUNK;
 		mfs_par_run(r->par, nf, fresh_task, r); /* (after an error too: rows handed out get values) */
+		r->step_s[0] += t1 - t0;
+		r->step_s[1] += t2 - t1;
+		r->step_s[2] += mfs_now_s() - t2;
 	}
 	r->batch = NULL;
 	return r->rc[0] ? r->rc[0] : r->rc[1];

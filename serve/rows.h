@@ -42,6 +42,7 @@ typedef struct mfs_rows {
 	size_t n_fresh[2], cap_fresh[2];
 	int rc[2];
 	uint64_t steps[3];    /* batches that took the three-step path / the two-sided serial one / the caller alone */
+	double step_s[3];     /* seconds in the three steps (lookups, ids not found, new rows' values) */
 	int sides_only;       /* benchmarks: the two-sided serial path for every large batch (as before the three steps) */
 } mfs_rows_t;
 

@@ -6,6 +6,11 @@
  * (rl_head is the oldest entry). A list grows by doubling up to max, so a user with one rating
  * costs one small allocation, not max entries. Clearing frees the lists and zeroes the slots of
  * the users it held (not the whole index): O(users rated), not O(user rows).
+ *
+ * Shards (mfs_snap_rated_init_shards): user row u belongs to shard u % shards, which holds the
+ * index for its rows (u / shards) and their lists. mfs_snap_rated_add_many gives each shard to
+ * one task of a pool; a user's ratings all land in one shard, in event order, so the lists are
+ * those of one shard; only the order in which users are listed (j) differs: shard by shard.
  */
 #include "snapshots/snap_rated.h"
 
@@ -15,6 +20,7 @@
 
 #include "common/err.h"
 #include "common/grow.h"
+#include "common/par.h"
 #include "model_store/store.h"
 
 struct rated_ent {
@@ -29,13 +35,23 @@ struct rated_list {
 	struct rated_ent *rl_e;
 };
 
-struct mfs_snap_rated {
-	uint32_t rt_max;
-	uint32_t *rt_slot; /* per user row: 1 + index into rt_lists, 0 = none */
+struct rated_shard {
+	uint32_t *rt_slot; /* per user row of the shard (row / shards): 1 + index into rt_lists, 0 = none */
 	size_t rt_slot_cap;
 	struct rated_list *rt_lists;
 	size_t rt_n, rt_cap;
 	size_t rt_ents; /* entries allocated over all lists */
+	int rc;         /* add_many: this shard's result */
+};
+
+struct mfs_snap_rated {
+	uint32_t rt_max;
+	uint32_t nsh;
+	struct rated_shard *sh;
+	/* add_many's batch, for the pool's tasks */
+	const mfs_model_t *m;
+	const uint32_t *au, *ai;
+	size_t an;
 };
 
 static uint16_t row_gen(const mfs_model_t *m, int ent, uint32_t row)
@@ -44,34 +60,42 @@ static uint16_t row_gen(const mfs_model_t *m, int ent, uint32_t row)
 	return m->gen[ent] && row < cap ? m->gen[ent][row] : 0;
 }
 
-int mfs_snap_rated_init(uint32_t max, mfs_snap_rated_t **out)
+int mfs_snap_rated_init_shards(uint32_t max, uint32_t shards, mfs_snap_rated_t **out)
 {
 	*out = NULL;
-	if (max < 1 || max > UINT16_MAX)
+	if (max < 1 || max > UINT16_MAX || shards < 1 || shards > 1024)
 		return MFS_EINVAL;
 	mfs_snap_rated_t *r = calloc(1, sizeof *r);
-	if (!r)
+	if (!r || !(r->sh = calloc(shards, sizeof *r->sh))) {
+		free(r);
 		return ENOMEM;
+	}
 	r->rt_max = max;
+	r->nsh = shards;
 	*out = r;
 	return 0;
 }
+
+int mfs_snap_rated_init(uint32_t max, mfs_snap_rated_t **out) { return mfs_snap_rated_init_shards(max, 1, out); }
 
 void mfs_snap_rated_clear(mfs_snap_rated_t *r)
 {
 	if (!r)
 		return;
-	for (size_t j = 0; j < r->rt_n; j++) {
-		r->rt_slot[r->rt_lists[j].rl_user] = 0;
-		free(r->rt_lists[j].rl_e);
-	}
-	r->rt_n = 0;
-	r->rt_ents = 0;
-	/* the list headers stay (their room is reused); give back a burst's worth */
-	if (r->rt_cap > 4096) {
-		free(r->rt_lists);
-		r->rt_lists = NULL;
-		r->rt_cap = 0;
+	for (uint32_t x = 0; x < r->nsh; x++) {
+		struct rated_shard *h = &r->sh[x];
+		for (size_t j = 0; j < h->rt_n; j++) {
+			h->rt_slot[h->rt_lists[j].rl_user / r->nsh] = 0;
+			free(h->rt_lists[j].rl_e);
+		}
+		h->rt_n = 0;
+		h->rt_ents = 0;
+		/* the list headers stay (their room is reused); give back a burst's worth */
+		if (h->rt_cap > 4096) {
+			free(h->rt_lists);
+			h->rt_lists = NULL;
+			h->rt_cap = 0;
+		}
 	}
 }
 
@@ -80,49 +104,71 @@ void mfs_snap_rated_free(mfs_snap_rated_t *r)
 	if (!r)
 		return;
 	mfs_snap_rated_clear(r);
-	free(r->rt_lists);
-	free(r->rt_slot);
+	for (uint32_t x = 0; x < r->nsh; x++) {
+		free(r->sh[x].rt_lists);
+		free(r->sh[x].rt_slot);
+	}
+	free(r->sh);
 	free(r);
 }
 
 uint32_t mfs_snap_rated_max(const mfs_snap_rated_t *r) { return r ? r->rt_max : 0; }
-size_t mfs_snap_rated_users(const mfs_snap_rated_t *r) { return r ? r->rt_n : 0; }
+
+size_t mfs_snap_rated_users(const mfs_snap_rated_t *r)
+{
+	size_t n = 0;
+	for (uint32_t x = 0; r && x < r->nsh; x++)
+		n += r->sh[x].rt_n;
+	return n;
+}
 
 size_t mfs_snap_rated_bytes(const mfs_snap_rated_t *r)
 {
 	if (!r)
 		return 0;
-	return sizeof *r + r->rt_slot_cap * sizeof *r->rt_slot + r->rt_cap * sizeof *r->rt_lists +
-	       r->rt_ents * sizeof(struct rated_ent);
+	size_t b = sizeof *r + r->nsh * sizeof *r->sh;
+	for (uint32_t x = 0; x < r->nsh; x++) {
+		const struct rated_shard *h = &r->sh[x];
+		b += h->rt_slot_cap * sizeof *h->rt_slot + h->rt_cap * sizeof *h->rt_lists + h->rt_ents * sizeof(struct rated_ent);
+	}
+	return b;
 }
 
-int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, uint32_t i)
+/* List j over all shards: shard by shard. */
+static const struct rated_list *list_at(const mfs_snap_rated_t *r, size_t j)
 {
-	if (u == MFS_ROW_NONE || i == MFS_ROW_NONE)
-		return 0;
-	if (u >= r->rt_slot_cap) {
-		size_t cap = r->rt_slot_cap ? r->rt_slot_cap : 1024;
-		while (cap <= u)
+	uint32_t x = 0;
+	while (j >= r->sh[x].rt_n)
+		j -= r->sh[x++].rt_n;
+	return &r->sh[x].rt_lists[j];
+}
+
+static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model_t *m, uint32_t u, uint32_t i)
+{
+	const uint32_t su = u / r->nsh;
+	if (su >= h->rt_slot_cap) {
+		size_t cap = h->rt_slot_cap ? h->rt_slot_cap : 1024;
+		while (cap <= su)
 			cap *= 2;
-		uint32_t *s = realloc(r->rt_slot, cap * sizeof *s);
+		uint32_t *s = realloc(h->rt_slot, cap * sizeof *s);
 		if (!s)
 			return ENOMEM;
-		memset(s + r->rt_slot_cap, 0, (cap - r->rt_slot_cap) * sizeof *s);
-		r->rt_slot = s;
-		r->rt_slot_cap = cap;
+		memset(s + h->rt_slot_cap, 0, (cap - h->rt_slot_cap) * sizeof *s);
+		h->rt_slot = s;
+		h->rt_slot_cap = cap;
 	}
 	const uint16_t ug = row_gen(m, 0, u);
 	struct rated_list *l;
-	if (r->rt_slot[u]) {
-		l = &r->rt_lists[r->rt_slot[u] - 1];
+	if (h->rt_slot[su]) {
+		l = &h->rt_lists[h->rt_slot[su] - 1];
 		if (l->rl_ugen != ug) /* the row went to another user since: the old list is not theirs */
 			l->rl_ugen = ug, l->rl_n = 0, l->rl_head = 0;
 	} else {
-		if (mfs_grow((void **)&r->rt_lists, &r->rt_cap, r->rt_n + 1, sizeof *r->rt_lists))
+		if (mfs_grow((void **)&h->rt_lists, &h->rt_cap, h->rt_n + 1, sizeof *h->rt_lists))
 			return ENOMEM;
-		l = &r->rt_lists[r->rt_n++];
+		l = &h->rt_lists[h->rt_n++];
 		*l = (struct rated_list){.rl_user = u, .rl_ugen = ug};
-		r->rt_slot[u] = (uint32_t)r->rt_n;
+		h->rt_slot[su] = (uint32_t)h->rt_n;
 	}
 	const struct rated_ent e = {i, row_gen(m, 1, i)};
 	if (l->rl_n == r->rt_max) { /* full: overwrite the oldest */
@@ -137,7 +183,7 @@ int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, ui
 		struct rated_ent *ne = realloc(l->rl_e, cap * sizeof *ne);
 		if (!ne)
 			return ENOMEM;
-		r->rt_ents += cap - l->rl_cap;
+		h->rt_ents += cap - l->rl_cap;
 		l->rl_e = ne;
 		l->rl_cap = cap;
 	}
@@ -145,10 +191,53 @@ int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, ui
 	return 0;
 }
 
+int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, uint32_t i)
+{
+	if (u == MFS_ROW_NONE || i == MFS_ROW_NONE)
+		return 0;
+	return shard_add(r, &r->sh[u % r->nsh], m, u, i);
+}
+
+static void add_task(void *arg, size_t x)
+{
+	mfs_snap_rated_t *r = arg;
+	struct rated_shard *h = &r->sh[x];
+	const uint32_t nsh = r->nsh;
+	h->rc = 0;
+	for (size_t j = 0; j < r->an && !h->rc; j++) {
+		const uint32_t u = r->au[j], i = r->ai[j];
+		if (u != MFS_ROW_NONE && i != MFS_ROW_NONE && u % nsh == x)
+			h->rc = shard_add(r, h, r->m, u, i);
+	}
+}
+
+int mfs_snap_rated_add_many(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
+                            mfs_par_t *par)
+{
+	if (r->nsh == 1 || !par) {
+		for (size_t j = 0; j < n; j++) {
+			int rc = mfs_snap_rated_add(r, m, u[j], i[j]);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	r->m = m;
+	r->au = u;
+	r->ai = i;
+	r->an = n;
+	mfs_par_run(par, r->nsh, add_task, r);
+	r->m = NULL;
+	for (uint32_t x = 0; x < r->nsh; x++)
+		if (r->sh[x].rc)
+			return r->sh[x].rc;
+	return 0;
+}
+
 size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size_t j, uint32_t *user,
                            uint32_t *items)
 {
-	const struct rated_list *l = &r->rt_lists[j];
+	const struct rated_list *l = list_at(r, j);
 	*user = MFS_ROW_NONE;
 	if (!mfs_idmap_alive(m->users, l->rl_user) || row_gen(m, 0, l->rl_user) != l->rl_ugen)
 		return 0; /* freed (its record is deleted by the gone list), or another user's now */
@@ -165,7 +254,7 @@ size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size
 size_t mfs_snap_rated_raw(const mfs_snap_rated_t *r, size_t j, uint32_t *user, uint16_t *ugen, uint32_t *items,
                           uint16_t *igens)
 {
-	const struct rated_list *l = &r->rt_lists[j];
+	const struct rated_list *l = list_at(r, j);
 	*user = l->rl_user;
 	*ugen = l->rl_ugen;
 	for (uint32_t x = 0; x < l->rl_n; x++) {

@@ -14,7 +14,8 @@
  * per kept rating (capacity doubles up to `max`): at most 4 U + (24 + 8 max) R bytes for U user
  * rows and R users rated since the clear (R <= U); after a clear only the index stays.
  *
- * Threads: none of its own; one thread (the learner, or train's) adds, stages and clears, or
+ * Threads: none of its own (add_many runs the shards on a pool the caller gives); one thread
+ * (the learner, or train's) adds, stages and clears, or
  * (serve) adds and hands the tracker to a stage whose publishing thread reads and clears it
  * (mfs_snap_info_t.rated_take) while the adding thread goes on with another one.
  */
@@ -27,15 +28,23 @@
 #include "model_store/store.h"
 
 typedef struct mfs_snap_rated mfs_snap_rated_t;
+struct mfs_par;
 
 /** A tracker keeping the last max (1..65535) ratings per user. @return 0, MFS_EINVAL, ENOMEM. */
 int mfs_snap_rated_init(uint32_t max, mfs_snap_rated_t **out);
+/** The same in `shards` (1..1024) parts by user row, for mfs_snap_rated_add_many on a pool. */
+int mfs_snap_rated_init_shards(uint32_t max, uint32_t shards, mfs_snap_rated_t **out);
 void mfs_snap_rated_free(mfs_snap_rated_t *r);
 /** The ratings kept per user. */
 uint32_t mfs_snap_rated_max(const mfs_snap_rated_t *r);
 /** Note that the user of row u (of model m) rated the item of row i. MFS_ROW_NONE on either
  *  side is ignored. @return 0 or ENOMEM (the rating is not kept). */
 int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, uint32_t i);
+/** mfs_snap_rated_add for (u[j], i[j]), j < n, in order: each shard on one task of par (NULL or
+ *  one shard: on the caller). The lists are those of the adds one by one. @return 0 or ENOMEM
+ *  (some ratings of the batch may not be kept). */
+int mfs_snap_rated_add_many(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
+                            struct mfs_par *par);
 /** Users with ratings kept since the last clear. */
 size_t mfs_snap_rated_users(const mfs_snap_rated_t *r);
 /** Bytes the tracker holds now. */

@@ -12,6 +12,8 @@
  *   take      serve's way: the stage takes the tracker whole (rated_take) with the rows' ids, and
  *             the publish makes the same lists from the staged rows, leaves out a rating whose
  *             item row changed hands since, and clears the tracker
+ *   shards    a tracker in shards fed a batch at a time on a pool (serve's way) holds the lists of
+ *             one fed rating by rating, and a publish of either writes the same records
  *   topk      the default answer is the INCLUDE_SEEN answer without the listed items, on every
  *             path (int8, exact, no cache), and is the answer with the list as exclude list
  */
@@ -19,6 +21,8 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/par.h"
+#include "common/rng.h"
 #include "model_store/life.h"
 #include "model_store/store.h"
 #include "snapshots/reader/mfs_snap.h"
@@ -70,6 +74,85 @@ static void test_ring(void)
 	TEST_EQ_INT(mfs_snap_rated_users(r), 0);
 	TEST_ASSERT(mfs_snap_rated_bytes(r) < full);
 	mfs_snap_rated_free(r);
+	mfs_model_free(m);
+}
+
+/* Every user's list of r as a map user row -> items, into lists[u * (max + 1)]: count, items. */
+static void lists_of(const mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t max, uint32_t users, uint32_t *lists)
+{
+	memset(lists, 0, (size_t)users * (max + 1) * sizeof *lists);
+	for (size_t j = 0; j < mfs_snap_rated_users(r); j++) {
+		uint32_t u, got[8];
+		const size_t n = mfs_snap_rated_list(r, m, j, &u, got);
+		TEST_ASSERT(u < users && n <= max);
+		if (u >= users)
+			continue;
+		TEST_ASSERT_MSG(lists[u * (max + 1)] == 0, "user row %u listed twice", u);
+		lists[u * (max + 1)] = (uint32_t)n;
+		memcpy(&lists[u * (max + 1) + 1], got, n * sizeof *got);
+	}
+}
+
+static void test_shards(void)
+{
+	enum { USERS = 3000, ITEMS = 500, MAX = 8, N = 50000 };
+	mfs_model_t *m = model_new(4);
+	uint32_t *u = malloc(N * sizeof *u), *it = malloc(N * sizeof *it), ur[USERS], ir[ITEMS];
+	for (uint32_t x = 0; x < USERS; x++)
+		ur[x] = add_user(m, mfs_id_u64(1 + x));
+	for (uint32_t x = 0; x < ITEMS; x++)
+		ir[x] = add_item(m, mfs_id_u64(1 + x));
+	mfs_rng_t g;
+	mfs_rng_seed(&g, 3);
+	for (size_t j = 0; j < N; j++) { /* some events without a row (a full table): skipped */
+		u[j] = j % 97 == 5 ? MFS_ROW_NONE : ur[mfs_rng_below(&g, USERS)];
+		it[j] = j % 89 == 7 ? MFS_ROW_NONE : ir[mfs_rng_below(&g, ITEMS)];
+	}
+	mfs_snap_rated_t *one, *sh;
+	mfs_par_t *par;
+	TEST_OK(mfs_snap_rated_init(MAX, &one));
+	TEST_OK(mfs_snap_rated_init_shards(MAX, 5, &sh));
+	TEST_EQ_INT(mfs_snap_rated_init_shards(MAX, 0, &sh), MFS_EINVAL);
+	TEST_OK(mfs_snap_rated_init_shards(MAX, 5, &sh));
+	TEST_OK(mfs_par_init(&par, 3, "test-rated"));
+	for (size_t j = 0; j < N; j++)
+		TEST_OK(mfs_snap_rated_add(one, m, u[j], it[j]));
+	for (size_t a = 0; a < N; a += 4096) /* batches */
+		TEST_OK(mfs_snap_rated_add_many(sh, m, u + a, it + a, a + 4096 < N ? 4096 : N - a, par));
+	TEST_EQ_INT(mfs_snap_rated_users(sh), mfs_snap_rated_users(one));
+	TEST_EQ_INT(mfs_snap_rated_bytes(sh) > 0, 1);
+	uint32_t *l1 = malloc((size_t)USERS * (MAX + 1) * sizeof *l1), *l2 = malloc((size_t)USERS * (MAX + 1) * sizeof *l2);
+	lists_of(one, m, MAX, USERS, l1);
+	lists_of(sh, m, MAX, USERS, l2);
+	TEST_ASSERT_MSG(!memcmp(l1, l2, (size_t)USERS * (MAX + 1) * sizeof *l1), "the sharded lists differ");
+	size_t full = 0;
+	for (uint32_t x = 0; x < USERS; x++)
+		full += l1[x * (MAX + 1)] == MAX;
+	TEST_ASSERT(full > USERS / 2); /* most rings wrapped: the order within a ring is checked */
+	/* the records a publish writes of either */
+	char d1[256], d2[256], b1[4096], b2[4096];
+	snprintf(d1, sizeof d1, "%s", test_tmpdir());
+	snprintf(d2, sizeof d2, "%s", test_tmpdir());
+	publish(d1, m, one, 0);
+	publish(d2, m, sh, 0);
+	int same = 0, some = 0;
+	for (uint32_t x = 0; x < USERS; x += 7) {
+		list_u64(d1, 1 + x, b1, sizeof b1);
+		list_u64(d2, 1 + x, b2, sizeof b2);
+		same += !strcmp(b1, b2);
+		some += b1[0] != '-' && b1[0] != '?';
+	}
+	TEST_EQ_INT(same, (USERS + 6) / 7);
+	TEST_ASSERT(some > USERS / 14);
+	mfs_snap_rated_clear(sh);
+	TEST_EQ_INT(mfs_snap_rated_users(sh), 0);
+	mfs_par_free(par);
+	mfs_snap_rated_free(one);
+	mfs_snap_rated_free(sh);
+	free(l1);
+	free(l2);
+	free(u);
+	free(it);
 	mfs_model_free(m);
 }
 
@@ -279,6 +362,7 @@ int main(void)
 	TEST_RUN(test_merge);
 	TEST_RUN(test_take);
 	TEST_RUN(test_delete);
+	TEST_RUN(test_shards);
 	TEST_RUN(test_topk);
 	return TEST_REPORT();
 }
