@@ -193,6 +193,18 @@ int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t
 	return n && e->iface->reset_rows ? e->iface->reset_rows(e, ent, rows, n, in_flight) : 0;
 }
 
+int mfs_engine_take_new_rows(mfs_engine_t *e, int *taken)
+{
+	*taken = 0;
+	if (!e)
+		return MFS_EINVAL;
+	if (!e->iface->take_new_rows)
+		return 0;
+	int rc = e->iface->take_new_rows(e);
+	*taken = rc == 0;
+	return rc;
+}
+
 int mfs_engine_sync(mfs_engine_t *e)
 {
 	if (!e)

@@ -97,6 +97,12 @@ int mfs_engine_grow(mfs_engine_t *e);
  *  device, after its ring drains where in_flight says so.
  *  @return 0, MFS_EINVAL (entity not 0 or 1, row out of range), ENOMEM, MFS_EGPU. */
 int mfs_engine_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
+/** From now on, rows new to the model (not reused ones) get their initial factors and zero bias
+ *  from the engine at mfs_engine_grow, and the host model leaves their factors zero (until a
+ *  sync): the CUDA engine draws them on the device with the host's formula
+ *  (model_store/store.h engine_init_from). *taken = 1 then; 0 for an engine without it (the CPU
+ *  engine works on the host rows). @return 0, MFS_EINVAL, MFS_EGPU. */
+int mfs_engine_take_new_rows(mfs_engine_t *e, int *taken);
 /** One SGD update per rating of b. Rows must be < model rows and ratings finite.
  *  @return 0, MFS_EINVAL (row out of range), MFS_ENAN. */
 int mfs_engine_sgd(mfs_engine_t *e, const mfs_batch_t *b);

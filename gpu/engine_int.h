@@ -37,6 +37,8 @@ struct mfs_engine_i {
 	int (*capture_wait)(mfs_engine_t *e);
 	/* (optional; absent: the engine works on the host arrays, nothing to take) */
 	int (*reset_rows)(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
+	/* (optional; absent: the host draws every new row's values) */
+	int (*take_new_rows)(mfs_engine_t *e);
 };
 
 struct mfs_engine {

@@ -61,6 +61,7 @@ int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out)
 		return ENOMEM;
 	m->k = conf->k;
 	m->init_scale = conf->init_scale;
+	m->engine_init_from[0] = m->engine_init_from[1] = MFS_ROW_NONE;
 	m->seed = conf->seed;
 	for (int e = 0; e < 2; e++)
 		if (!(m->life[e] = calloc(1, sizeof *m->life[e]))) {
@@ -168,11 +169,9 @@ int mfs_model_reserve(mfs_model_t *m, uint32_t users, uint32_t items)
 void mfs_model_init_row(const mfs_model_t *m, int ent, uint32_t row, float *out)
 {
 	mfs_rng_t r;
-	uint64_t seed = mfs_mix64(m->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(ent + 1)), row);
+	/* a reused row (gen > 0): its own values, not its last id's starting point */
 	const uint16_t gen = m->gen[ent] && row < (ent ? m->cap_items : m->cap_users) ? m->gen[ent][row] : 0;
-	if (gen) /* a reused row: its own values, not its last id's starting point */
-		seed = mfs_mix64(seed, gen);
-	mfs_rng_seed(&r, seed);
+	mfs_rng_seed(&r, mfs_row_seed(m->seed, ent, row, gen));
 	/* float Box-Muller pairs: new ids' rows were ~20 % of the learner on a stream of new ids
 	 * with one double normal per factor, 3x the cost */
 	const float sd = (float)(m->init_scale / sqrt((double)m->k));
@@ -254,7 +253,9 @@ static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h,
 	}
 	if (nr < n && (rc = mfs_life_reused(m, ent, nr)))
 		return rc;
-	if (fresh)
+	if (nr == n && nr >= m->engine_init_from[ent]) /* the engine draws its values (store.h) */
+		(ent ? m->bi : m->bu)[nr] = 0.0f;
+	else if (fresh)
 		*fresh = 1;
 	else
 		mfs_model_init_fresh(m, ent, nr);

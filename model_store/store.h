@@ -102,6 +102,11 @@ typedef struct mfs_model {
 	uint64_t seed;
 	uint32_t n_users, n_items;     /* rows in use */
 	uint32_t cap_users, cap_items; /* rows allocated */
+	/* rows at and above engine_init_from[ent] that are new (not reused) get their initial factors
+	 * from the engine, not here (mfs_engine_take_new_rows: the CUDA engine draws them on the device
+	 * with mfs_model_init_row's formula); their host factors stay zero until a sync. MFS_ROW_NONE
+	 * (the default): every row is drawn on the host. */
+	uint32_t engine_init_from[2];
 	float *P, *Q;                  /* cap x k, 64-byte aligned */
 	float *bu, *bi;
 	double mu;                     /* global mean of accepted ratings */

@@ -852,9 +852,15 @@ static void *thread_main(void *arg)
 	int rc = mfs_engine_open(&ec, l->m, &l->e, e, sizeof e);
 	if (rc == 0) {
 		snprintf(l->engine_name, sizeof l->engine_name, "%s", mfs_engine_name(l->e));
+		/* new ids' initial values from the engine (the CUDA engine: on the device, no host
+		 * Box-Muller, pages or upload on a stream of new ids) */
+		int taken = 0;
+		if (l->c->engine_cuda_device_init && (rc = mfs_engine_take_new_rows(l->e, &taken)))
+			mfs_errf(l->err, sizeof l->err, rc, "engine: new rows: %s", mfs_strerror(rc));
 		l->grown_users = l->m->n_users;
 		l->grown_items = l->m->n_items;
-		rc = set_lr(l);
+		if (!rc)
+			rc = set_lr(l);
 	} else {
 		mfs_errf(l->err, sizeof l->err, rc, "%s", e);
 	}

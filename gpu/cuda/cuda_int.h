@@ -196,6 +196,10 @@ int pk_slot(mfs_engine_t *e, uint32_t *slot);
 int pk_publish(mfs_engine_t *e, uint32_t s, size_t n, float lr_scale);
 int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat);
 
+/* ---- init.cu ---- */
+/* Rows [a, a+n) of side ent: mfs_model_init_row's values and a zero bias, drawn on stream s. */
+int init_rows_launch(struct cuda_impl *c, const mfs_model_t *m, int ent, size_t a, size_t n, cudaStream_t s);
+
 /* ---- capture.cu ---- */
 int cuda_sync(mfs_engine_t *e);
 int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,

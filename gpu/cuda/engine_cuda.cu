@@ -95,22 +95,23 @@ static int cuda_grow(mfs_engine_t *e)
 	if ((rc = dev_grow(c, &c->P, &c->bu, &c->cap_u, m->n_users, k)) ||
 	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)))
 		return rc;
-	/* upload rows the host added (initialized by model_store) */
-	if (m->n_users > c->n_u) {
-		size_t a = c->n_u, n = m->n_users - c->n_u;
-		if ((rc = put_rows(c, c->P, m->P, a, n, k)))
+	/* rows the host added: uploaded (initialized by model_store), or drawn here at and above
+	 * engine_init_from (mfs_engine_take_new_rows) */
+	for (int ent = 0; ent < 2; ent++) {
+		uint32_t *have = ent ? &c->n_i : &c->n_u;
+		const uint32_t want = ent ? m->n_items : m->n_users, from = m->engine_init_from[ent];
+		if (want <= *have)
+			continue;
+		const size_t a = *have, up = (from > a ? (from < want ? from : want) : a) - a;
+		if (up) {
+			if ((rc = put_rows(c, ent ? c->Q : c->P, ent ? m->Q : m->P, a, up, k)))
+				return rc;
+			MFS_CUDA_TRY(cudaMemcpyAsync((ent ? c->bi : c->bu) + a, (ent ? m->bi : m->bu) + a, up * sizeof(float),
+			                             cudaMemcpyHostToDevice, upload_stream(c)));
+		}
+		if ((rc = init_rows_launch(c, m, ent, a + up, want - a - up, upload_stream(c))))
 			return rc;
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->bu + a, m->bu + a, n * sizeof(float), cudaMemcpyHostToDevice,
-		                             upload_stream(c)));
-		c->n_u = m->n_users;
-	}
-	if (m->n_items > c->n_i) {
-		size_t a = c->n_i, n = m->n_items - c->n_i;
-		if ((rc = put_rows(c, c->Q, m->Q, a, n, k)))
-			return rc;
-		MFS_CUDA_TRY(cudaMemcpyAsync(c->bi + a, m->bi + a, n * sizeof(float), cudaMemcpyHostToDevice,
-		                             upload_stream(c)));
-		c->n_i = m->n_items;
+		*have = want;
 	}
 	if (!c->pk.on) {
 		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
@@ -118,6 +119,16 @@ static int cuda_grow(mfs_engine_t *e)
 		MFS_CUDA_TRY(cudaEventRecord(c->pk.up_ev, c->pk.copy));
 		MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->pk.up_ev, 0));
 	}
+	return 0;
+}
+
+static int cuda_take_new_rows(mfs_engine_t *e)
+{
+	int rc = cuda_grow(e); /* every row the host has so far is the host's */
+	if (rc)
+		return rc;
+	e->model->engine_init_from[0] = e->model->n_users;
+	e->model->engine_init_from[1] = e->model->n_items;
 	return 0;
 }
 
@@ -269,5 +280,5 @@ static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
 	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
 	cuda_loss,     cuda_resident_load, cuda_resident_free, cuda_sgd_epoch,     cuda_loss_resident, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait, cuda_reset_rows,
+	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait, cuda_reset_rows, cuda_take_new_rows,
 };

@@ -433,6 +433,87 @@ static void test_reset_rows(void)
 	free(u), free(it), free(r), free(want);
 }
 
+/* mfs_engine_take_new_rows: rows the host had before are uploaded as they are; rows new after
+ * it are drawn on the device with the host's formula (a few ulp apart: CUDA's logf/cosf/sinf),
+ * with a zero bias, and the host leaves them zero until a sync; a batch then trains them. With
+ * and without the persistent kernel (the upload stream differs). */
+static void device_init(int persistent)
+{
+	const int k = 64;
+	const uint32_t n0 = 1000, n1 = 50000, i0 = 300, i1 = 2000;
+	mfs_model_conf_t mc = {k, 0.1, 21};
+	mfs_model_t *m;
+	TEST_OK(mfs_model_init(&mc, &m));
+	add_rows(m, n0, i0);
+	float *before = malloc((size_t)n0 * k * sizeof *before), *ref = malloc((size_t)k * sizeof *ref);
+	TEST_ASSERT(before && ref);
+	memcpy(before, m->P, (size_t)n0 * k * sizeof *before);
+	mfs_engine_t *e = open_cuda(m, persistent);
+	int taken = 0;
+	TEST_OK(mfs_engine_take_new_rows(e, &taken));
+	TEST_EQ_INT(taken, 1);
+	TEST_EQ_INT(m->engine_init_from[0], n0);
+	TEST_EQ_INT(m->engine_init_from[1], i0);
+	add_rows(m, n1, i1);
+	size_t zero = 0;
+	for (size_t x = (size_t)n0 * k; x < (size_t)n1 * k; x++)
+		zero += m->P[x] == 0.0f;
+	TEST_EQ_INT(zero, (size_t)(n1 - n0) * k); /* not drawn on the host */
+	TEST_OK(mfs_engine_grow(e));
+	TEST_OK(mfs_engine_sync(e));
+	/* fp32: within a relative 1e-5 (ulps of logf/sqrtf/cosf/sinf); fp16: the host value rounded
+	 * to half, within one half ulp of it */
+	size_t bad = 0, same = 0, total = 0;
+	double worst = 0;
+	for (int ent = 0; ent < 2; ent++) {
+		const uint32_t a = ent ? i0 : n0, z = ent ? i1 : n1;
+		const float *F = ent ? m->Q : m->P, *b = ent ? m->bi : m->bu;
+		for (uint32_t row = a; row < z; row++) {
+			mfs_model_init_row(m, ent, row, ref);
+			bad += b[row] != 0.0f;
+			for (int j = 0; j < k; j++) {
+				const double got = F[(size_t)row * k + j], want = ref[j];
+				const double tol = g_fp16 ? fabs(want) / 1024.0 + 1e-7 : fabs(want) * 1e-5 + 1e-9;
+				const double d = fabs(got - want);
+				worst = d > worst ? d : worst;
+				bad += d > tol;
+				same += got == want;
+				total++;
+			}
+		}
+	}
+	TEST_ASSERT_MSG(bad == 0, "%zu device-drawn values off the host's formula (worst %.3g)", bad, worst);
+	if (!g_fp16) /* most values agree to the bit: a formula mistake would not */
+		TEST_ASSERT_MSG(same > total / 2, "only %zu of %zu values agree to the bit", same, total);
+	size_t moved = 0;
+	for (size_t x = 0; x < (size_t)n0 * k; x++) /* uploaded as they were (fp16: rounded) */
+		moved += fabsf(m->P[x] - before[x]) > (g_fp16 ? fabsf(before[x]) / 1024.0f + 1e-7f : 0.0f);
+	TEST_EQ_INT(moved, 0);
+	/* they train: one update of every new user against item 0 moves the bias */
+	const size_t nb = n1 - n0;
+	uint32_t *u = malloc(nb * sizeof *u), *it = calloc(nb, sizeof *it);
+	float *r = malloc(nb * sizeof *r);
+	TEST_ASSERT(u && it && r);
+	for (size_t x = 0; x < nb; x++)
+		u[x] = n0 + (uint32_t)x, r[x] = 1.0f;
+	mfs_hparams_t hp = {0.05f, 0.0f, 0.0f, 0.0f, 0.0f, -INFINITY, INFINITY};
+	TEST_OK(mfs_engine_set_hparams(e, &hp));
+	m->mu = 0;
+	mfs_batch_t bt = {u, it, r, nb};
+	TEST_OK(mfs_engine_sgd(e, &bt));
+	TEST_OK(mfs_engine_sync(e));
+	size_t trained = 0;
+	for (size_t x = 0; x < nb; x++)
+		trained += m->bu[n0 + x] > 0.04f;
+	TEST_EQ_INT(trained, nb);
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	free(before), free(ref), free(u), free(it), free(r);
+}
+
+static void test_device_init(void) { device_init(0); }
+static void test_device_init_persistent(void) { device_init(1); }
+
 int main(void)
 {
 	if (!mfs_engine_cuda_available())
@@ -444,6 +525,8 @@ int main(void)
 		TEST_RUN(test_exactly_once_oversubscribed);
 		TEST_RUN(test_capture_beside_stream);
 		TEST_RUN(test_reset_rows);
+		TEST_RUN(test_device_init);
+		TEST_RUN(test_device_init_persistent);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}

@@ -182,6 +182,45 @@ static void test_tracked_and_deletions_serial_sides(void)
 
 static void test_small_batch_on_caller(void) { check_same(MFS_ROWS_SPLIT_MIN - 1, 3, 0, 0, 0, 0, 4, 2); }
 
+/* Rows at and above engine_init_from are the engine's to draw (store.h): the host leaves their
+ * factors zero on every path, and draws the rows below as before. */
+static void test_engine_draws_new_rows(void)
+{
+	for (int threads = 1; threads <= 4; threads += 3) {
+		mfs_model_t *m = new_model(0, 0), *ref = new_model(0, 0);
+		mfs_rows_t r, rr;
+		TEST_OK(mfs_rows_init(&r, m, threads));
+		TEST_OK(mfs_rows_init(&rr, ref, 1));
+		TEST_OK(mfs_rows_start(&r));
+		batchset_t s;
+		make_batch(&s, 20000, 5, 0, 0);
+		TEST_OK(mfs_rows_resolve(&r, &s.b));
+		TEST_OK(mfs_rows_resolve(&rr, &s.b));
+		const uint32_t from = m->n_users;
+		m->engine_init_from[0] = from;
+		free_batch(&s);
+		make_batch(&s, 20000, 6, 20000, 0);
+		TEST_OK(mfs_rows_resolve(&r, &s.b));
+		TEST_OK(mfs_rows_resolve(&rr, &s.b));
+		TEST_ASSERT(m->n_users > from + 1000 && m->n_users == ref->n_users);
+		size_t nonzero = 0;
+		for (size_t x = (size_t)from * K; x < (size_t)m->n_users * K; x++)
+			nonzero += m->P[x] != 0.0f;
+		TEST_EQ_INT(nonzero, 0);
+		TEST_ASSERT(!memcmp(m->P, ref->P, (size_t)from * K * sizeof *m->P));
+		TEST_ASSERT(!memcmp(m->Q, ref->Q, (size_t)m->n_items * K * sizeof *m->Q)); /* items: host as before */
+		size_t bias = 0;
+		for (uint32_t x = 0; x < m->n_users; x++)
+			bias += m->bu[x] != 0.0f;
+		TEST_EQ_INT(bias, 0);
+		free_batch(&s);
+		mfs_rows_free(&r);
+		mfs_rows_free(&rr);
+		mfs_model_free(m);
+		mfs_model_free(ref);
+	}
+}
+
 int main(void)
 {
 	TEST_RUN(test_par_every_task_once);
@@ -190,5 +229,6 @@ int main(void)
 	TEST_RUN(test_three_steps_admission);
 	TEST_RUN(test_tracked_and_deletions_serial_sides);
 	TEST_RUN(test_small_batch_on_caller);
+	TEST_RUN(test_engine_draws_new_rows);
 	return TEST_REPORT();
 }
