@@ -2,7 +2,8 @@
  * events/s of mfs_rows_resolve for each variant and thread count.
  *
  *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
- *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--rated N] [--csv FILE]
+ *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--rated N] [--engine-draws]
+ *              [--csv FILE]
  *
  * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
  * users + floor(A n) users have joined and the event's user is one of the `users` most recent
@@ -17,7 +18,8 @@
  * pages), and for `steps` the seconds of each of the three steps. --rated N also times what
  * the learner does next with the rows: the seen-items tracker (snapshot.seen_items N,
  * snapshots/snap_rated.h) fed every event (`sides`: one thread, as before; `steps`: a shard per
- * thread on the pool), cleared every 16 batches. One process; variants and thread counts run one after another.
+ * thread on the pool), cleared every 16 batches. --engine-draws leaves new rows' values to the
+ * engine (model_store/store.h engine_init_from), as serve on the CUDA engine does: no step 3. One process; variants and thread counts run one after another.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,7 +44,7 @@ int main(int argc, char **argv)
 	int k = 128;
 	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
 	double arrival = 0.1;
-	int rated_max = 0;
+	int rated_max = 0, engine_draws = 0;
 	const char *threads_s = "1,2,4,8", *variants_s = "sides,steps", *csv_path = NULL;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : "";
@@ -62,6 +64,8 @@ int main(int argc, char **argv)
 			threads_s = v, a++;
 		else if (!strcmp(argv[a], "--variants"))
 			variants_s = v, a++;
+		else if (!strcmp(argv[a], "--engine-draws"))
+			engine_draws = 1;
 		else if (!strcmp(argv[a], "--rated"))
 			rated_max = atoi(v), a++;
 		else if (!strcmp(argv[a], "--csv"))
@@ -116,6 +120,8 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			r.sides_only = sides;
+			if (engine_draws) /* what serve on the CUDA engine does: new rows' values drawn on the device */
+				m->engine_init_from[0] = m->engine_init_from[1] = 0;
 			mfs_snap_rated_t *rated = NULL;
 			if (rated_max > 0 &&
 			    mfs_snap_rated_init_shards((uint32_t)rated_max, sides ? 1 : (uint32_t)threads, &rated)) {

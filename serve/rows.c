@@ -84,18 +84,27 @@ static void lookup_task(void *arg, size_t task)
 
 /* Step 2: one side's ids that the lookups did not find, in event order (an id new to the model
  * twice in the batch gets its row at the first and is found at the second), then the touched
- * marks. */
+ * marks. Their indices are gathered first, so each one's slot is prefetched AHEAD ids early. */
 static void add_task(void *arg, size_t side)
 {
 	mfs_rows_t *r = arg;
 	const mfs_ebatch_t *b = r->batch;
 	uint32_t *rows = side ? r->i : r->u;
 	const uint64_t *h = r->h[side];
+	const mfs_idmap_t *map = side ? r->m->items : r->m->users;
+	uint32_t *miss = r->miss[side];
+	size_t nm = 0;
+	for (size_t j = 0; j < b->n; j++)
+		if (rows[j] == MFS_ROW_NONE)
+			miss[nm++] = (uint32_t)j;
 	int rc = 0;
 	r->n_fresh[side] = 0;
-	for (size_t j = 0; j < b->n && !rc; j++) {
-		if (rows[j] != MFS_ROW_NONE)
-			continue;
+	for (size_t x = 0; x < nm && x < AHEAD; x++)
+		mfs_idmap_prefetch(map, h[miss[x]]);
+	for (size_t x = 0; x < nm && !rc; x++) {
+		const size_t j = miss[x];
+		if (x + AHEAD < nm)
+			mfs_idmap_prefetch(map, h[miss[x + AHEAD]]);
 		int fresh;
 		if ((rc = mfs_model_row_h(r->m, (int)side, side_id(b, (int)side, j), h[j], &rows[j], &fresh)) || !fresh)
 			continue;
@@ -144,7 +153,8 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 	} else {
 		r->steps[0]++;
 		for (int s = 0; s < 2; s++)
-			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]))
+			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]) ||
+			    mfs_grow((void **)&r->miss[s], &r->cap_miss[s], b->n, sizeof *r->miss[s]))
 				return ENOMEM;
 		const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
 		const double t0 = mfs_now_s();
@@ -175,6 +185,7 @@ void mfs_rows_free(mfs_rows_t *r)
 	free(r->i);
 	for (int s = 0; s < 2; s++) {
 		free(r->h[s]);
+		free(r->miss[s]);
 		free(r->fresh[s]);
 	}
 	mfs_touched_free(&r->tu);

@@ -38,6 +38,8 @@ typedef struct mfs_rows {
 	const mfs_ebatch_t *batch;
 	uint64_t *h[2];       /* each side's id hashes (step 1) */
 	size_t cap_h[2];
+	uint32_t *miss[2];    /* each side's events whose id the lookups did not find (step 2) */
+	size_t cap_miss[2];
 	uint32_t *fresh[2];   /* each side's new rows, values not written yet (step 2) */
 	size_t n_fresh[2], cap_fresh[2];
 	int rc[2];
