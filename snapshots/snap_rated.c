@@ -35,12 +35,23 @@ struct rated_list {
 	struct rated_ent *rl_e;
 };
 
+/* A shard's list entries come from an arena of blocks, bumped and never freed one by one: a
+ * list that doubles takes a new piece and leaves the old (a list of n entries leaves at most
+ * n of garbage), and a clear frees the blocks. On a stream of new users the
+ * malloc/realloc/free per list was the larger part of an add (and of the writer's clear). */
+struct rated_block {
+	struct rated_block *next;
+	size_t used, size; /* entries */
+	struct rated_ent e[];
+};
+
 struct rated_shard {
+	struct rated_block *blocks; /* the one being filled first */
 	uint32_t *rt_slot; /* per user row of the shard (row / shards): 1 + index into rt_lists, 0 = none */
 	size_t rt_slot_cap;
 	struct rated_list *rt_lists;
 	size_t rt_n, rt_cap;
-	size_t rt_ents; /* entries allocated over all lists */
+	size_t rt_ents; /* entries the arena holds (its blocks' sizes) */
 	int rc;         /* add_many: this shard's result */
 };
 
@@ -84,9 +95,12 @@ void mfs_snap_rated_clear(mfs_snap_rated_t *r)
 		return;
 	for (uint32_t x = 0; x < r->nsh; x++) {
 		struct rated_shard *h = &r->sh[x];
-		for (size_t j = 0; j < h->rt_n; j++) {
+		for (size_t j = 0; j < h->rt_n; j++)
 			h->rt_slot[h->rt_lists[j].rl_user / r->nsh] = 0;
-			free(h->rt_lists[j].rl_e);
+		while (h->blocks) {
+			struct rated_block *nx = h->blocks->next;
+			free(h->blocks);
+			h->blocks = nx;
 		}
 		h->rt_n = 0;
 		h->rt_ents = 0;
@@ -143,6 +157,26 @@ static const struct rated_list *list_at(const mfs_snap_rated_t *r, size_t j)
 	return &r->sh[x].rt_lists[j];
 }
 
+/* Room for n entries from shard h's arena (blocks of at least 64 Ki entries and max). */
+static struct rated_ent *arena_take(struct rated_shard *h, uint32_t max, size_t n)
+{
+	struct rated_block *bl = h->blocks;
+	if (!bl || bl->size - bl->used < n) {
+		const size_t size = (size_t)max > (1u << 16) ? max : (1u << 16);
+		struct rated_block *nb = malloc(sizeof *nb + size * sizeof nb->e[0]);
+		if (!nb)
+			return NULL;
+		h->rt_ents += size;
+		nb->used = 0;
+		nb->size = size;
+		nb->next = bl;
+		h->blocks = bl = nb;
+	}
+	struct rated_ent *p = bl->e + bl->used;
+	bl->used += n;
+	return p;
+}
+
 static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model_t *m, uint32_t u, uint32_t i)
 {
 	const uint32_t su = u / r->nsh;
@@ -180,10 +214,11 @@ static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model
 		uint32_t cap = l->rl_cap ? l->rl_cap * 2 : 4;
 		if (cap > r->rt_max)
 			cap = r->rt_max;
-		struct rated_ent *ne = realloc(l->rl_e, cap * sizeof *ne);
+		struct rated_ent *ne = arena_take(h, r->rt_max, cap);
 		if (!ne)
 			return ENOMEM;
-		h->rt_ents += cap - l->rl_cap;
+		if (l->rl_n)
+			memcpy(ne, l->rl_e, l->rl_n * sizeof *ne);
 		l->rl_e = ne;
 		l->rl_cap = cap;
 	}

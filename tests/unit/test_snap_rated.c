@@ -108,11 +108,10 @@ static void test_shards(void)
 		u[j] = j % 97 == 5 ? MFS_ROW_NONE : ur[mfs_rng_below(&g, USERS)];
 		it[j] = j % 89 == 7 ? MFS_ROW_NONE : ir[mfs_rng_below(&g, ITEMS)];
 	}
-	mfs_snap_rated_t *one, *sh;
+	mfs_snap_rated_t *one, *sh, *bad;
 	mfs_par_t *par;
+	TEST_EQ_INT(mfs_snap_rated_init_shards(MAX, 0, &bad), MFS_EINVAL);
 	TEST_OK(mfs_snap_rated_init(MAX, &one));
-	TEST_OK(mfs_snap_rated_init_shards(MAX, 5, &sh));
-	TEST_EQ_INT(mfs_snap_rated_init_shards(MAX, 0, &sh), MFS_EINVAL);
 	TEST_OK(mfs_snap_rated_init_shards(MAX, 5, &sh));
 	TEST_OK(mfs_par_init(&par, 3, "test-rated"));
 	for (size_t j = 0; j < N; j++)
