@@ -12,7 +12,9 @@
 #   scripts/gpu-check.sh stream     serve --engine cuda through the embedded broker: throughput
 #                                   (12 M events, 64 partitions, 4 producers), latency, a rate-limited
 #                                   time series (TS_EVENTS at TS_RATE, default 60 M at 1 M/s),
-#                                   then SUSTAIN_S (10) s at each of SUSTAIN_RATES (6, 8, 10 M/s)
+#                                   then SUSTAIN_S (10) s at each of SUSTAIN_RATES (6, 8, 10 M/s);
+#                                   a stream of arriving users (stream-newusers: NEWUSERS_RATES,
+#                                   NEWUSERS_S, NEWUSERS_ARRIVAL)
 #   scripts/gpu-check.sh bench      the ring against one launch (bench/gpu_ring.sh) and
 #                                   MovieLens on the GPU (bench/gpu_movielens.sh, .data/movielens)
 #
@@ -100,6 +102,17 @@ stream)
 	# a stream of mostly new ids (1 M users, 200 K items): row init, staging and the writer
 	step stream-newids 120 env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 EPM=1000 SECTIONS=throughput \
 		PRODUCE_ARGS="--gen.users 1000000 --gen.items 200000" bash bench/stream.sh "$build" "$out/stream-gpu-newids" 8000000
+	# a stream of arriving users (issue 19 item 4): NEWUSERS_S (60) s at each of NEWUSERS_RATES
+	# (10 M/s) with NEWUSERS_ARRIVAL (0.1) new users per event (1 M a second at 10 M/s), 4 producers
+	# drawing disjoint users, 1 M active users each; OUT/newusers-RATE-ts-learner.csv has the
+	# learner's time by phase, -ts-threads.csv serve's CPU per thread
+	nus=${NEWUSERS_S:-60}
+	for r in ${NEWUSERS_RATES:-10000000}; do
+		step "stream-newusers-$r" $((nus + 120)) env ENGINE=cuda PARTITIONS=64 PRODUCERS=4 SECTIONS=timeseries \
+			TS_EPM=1000 TS_HOLDOUT=0 TS_FULLPASS_MS=5000 TS_EVENTS=$((r * nus)) TS_RATE="$r" USER_OFFSET_STEP=1000000000000 \
+			TS_ARGS="${NEWUSERS_ARGS:-}" TS_PRODUCE_ARGS="--kafka.linger.ms 50 --gen.users 1000000 --gen.user_arrival ${NEWUSERS_ARRIVAL:-0.1}" \
+			bash bench/stream.sh "$build" "$out/newusers-$r"
+	done
 	step stream-timeseries 300 env ENGINE=cuda PARTITIONS=64 SECTIONS=timeseries \
 		TS_EVENTS="${TS_EVENTS:-60000000}" TS_RATE="${TS_RATE:-1000000}" bash bench/stream.sh "$build" "$out/stream-gpu"
 	# the highest sustained rate: SUSTAIN_S (10) s at each rate with 4 producers, 1000-event
