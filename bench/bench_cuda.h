@@ -14,6 +14,10 @@ extern "C" {
 /** Device-to-device copy bandwidth (bytes read + written per second / 1e9), best of reps.
  *  @return 0, MFS_EGPU. */
 int bench_cuda_copy_gbps(int device, size_t bytes, int reps, double *gbps);
+/** Copy bandwidth from device src to device dst (GB/s of bytes moved; both: the two directions at
+ *  once, counted together), best of reps; *peer: 1 when peer access is on for the pair.
+ *  @return 0, MFS_EGPU. */
+int bench_cuda_peer_gbps(int src, int dst, size_t bytes, int reps, int both, int *peer, double *gbps);
 /** One epoch of resident ratings s through the CUDA engine's persistent-kernel ring in pieces
  *  of `batch` ratings, applied when it returns (a CUDA engine without the ring: one launch
  *  over the set). The same call on another engine is its mfs_engine_sgd_epoch.
