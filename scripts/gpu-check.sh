@@ -67,7 +67,8 @@ tests)
 	for t in test_serve_mock test_serve_kill9 test_serve_backpressure test_serve_reader test_serve_faults \
 		test_serve_rebalance_paused test_serve_exit_at_end test_serve_slow_writer test_serve_kill9_evict test_serve_delete; do
 		mkdir -p "$out/tmp/$t"
-		step "cuda-$t" 100 env MFS_TEST_ENGINE=cuda MFS_BIN="$build/mfstream" TMPDIR="$out/tmp/$t" "$build/tests/$t"
+		# (200 s: test_serve_rebalance_paused takes ~105 s on the VM, most of it the group's rejoins)
+		step "cuda-$t" 200 env MFS_TEST_ENGINE=cuda MFS_BIN="$build/mfstream" TMPDIR="$out/tmp/$t" "$build/tests/$t"
 		# the serve logs, flat (OUT keeps only shallow paths)
 		n=0
 		for f in $(find "$out/tmp/$t" -name '*.log' 2>/dev/null); do
