@@ -34,6 +34,22 @@ enum mfs_shard_scheme {
 	MFS_SHARD_ROTATE = 1,
 };
 
+/** How an all-reduce combines the replicas of an item row that several shards changed since
+ *  the last exchange (a row one shard alone changed takes that shard's value either way). */
+enum mfs_shard_combine {
+	MFS_SHARD_SUM = 0,  /* q0 + the sum of the shards' deltas: each shard's change counts in full
+	                       (synchronous data-parallel SGD; overshoots a hot row that every shard
+	                       moved to its target: docs/BENCHMARKS.md, "Sharding, CPU reference") */
+	MFS_SHARD_MEAN = 1, /* the mean of the changed replicas (model averaging: a hot row lands
+	                       between the shards' targets; a row two shards each moved once gets
+	                       half of each move) */
+	MFS_SHARD_BLEND = 2, /* q0 + w x the sum of the deltas, w = 1 / (1 + (C - 1) min(1, lr n / C)):
+	                       C shards changed the row with n ratings in all, so lr n / C says how
+	                       far each went towards its own target. Few small steps: w -> 1, the
+	                       sum; each went the whole way: w -> 1 / C, the mean. A heuristic,
+	                       measured (bench_shard), not derived. */
+};
+
 /** The shard that owns user row `row`. */
 static inline uint32_t mfs_shard_of_user(uint32_t row, uint32_t shards) { return row % shards; }
 

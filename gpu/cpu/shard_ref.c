@@ -13,11 +13,16 @@
  *
  * Allreduce exchange. Each shard marks the item rows its ratings name (touched) as they are
  * routed, and the union of those rows is kept in arrival order. For each row of the union:
- *     q = q_c + sum over touched shards s > c of (q_s - q0)        c: the lowest touched shard
+ *     SUM:  q = q_c + sum over touched shards s > c of (q_s - q0)   c: the lowest touched shard
+ *     MEAN: q = (sum over touched shards of q_s) / their number
+ *     BLEND: q = q0 + w (SUM's q - q0), w = 1 / (1 + (C - 1) min(1, lr n / C)), C shards and
+ *            n ratings routed to the row since the last exchange (sh_touched counts them)
  * element by element in shard order (bias the same), written to the model (q0's home) and to
- * every replica. That is q0 + sum of the deltas, the all-reduce of item deltas, arranged so
- * that a row one shard alone changed takes its value exactly (q0 + (q_c - q0) may round):
- * with one shard, or one shard per batch, the serial result comes out bit for bit. A device
+ * every replica. SUM is q0 + the sum of the deltas, the all-reduce of item deltas, arranged so
+ * that a row one shard alone changed takes its value exactly (q0 + (q_c - q0) may round);
+ * MEAN averages the replicas that changed; BLEND goes from the one to the other as the
+ * shards' moves grow (gpu/shard.h). Any way, with one shard, or one shard per
+ * batch, the serial result comes out bit for bit. A device
  * implementation that wants that parity all-gathers touched rows and applies the same formula
  * in the same order; a dense NCCL all-reduce of deltas sums in its own order (parity within a
  * tolerance). Both are counted: bytes_sparse and bytes_dense.
@@ -49,7 +54,7 @@ struct shard {
 	float *sh_r;
 	size_t sh_n;
 	float *sh_Q, *sh_bi;    /* allreduce: the replica of the item table */
-	uint8_t *sh_touched;    /* allreduce: item rows changed since the last exchange */
+	uint32_t *sh_touched;   /* allreduce: per item row, ratings routed here since the last exchange */
 	size_t sh_ntouched;
 	/* rotation: this shard's ratings bucketed by item block */
 	mfs_rating_t *sh_rt;
@@ -196,6 +201,9 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 	if (conf->scheme == MFS_SHARD_ALLREDUCE && (conf->batch < 1 || conf->exchange_every < 1))
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL,
 		                "shard reference: allreduce wants batch >= 1 and exchange_every >= 1");
+	if (conf->combine != MFS_SHARD_SUM && conf->combine != MFS_SHARD_MEAN &&
+	    conf->combine != MFS_SHARD_BLEND)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: unknown combine %d", conf->combine);
 	mfs_shard_ref_t *r = calloc(1, sizeof *r);
 	if (!r)
 		return mfs_errf(errstr, errstr_size, ENOMEM, "shard reference: out of memory");
@@ -220,7 +228,7 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 			struct shard *sh = &r->sr_sh[s];
 			sh->sh_Q = malloc(ni * ks * sizeof *sh->sh_Q);
 			sh->sh_bi = malloc(ni * sizeof *sh->sh_bi);
-			sh->sh_touched = calloc(ni, 1);
+			sh->sh_touched = calloc(ni, sizeof *sh->sh_touched);
 			if (!sh->sh_Q || !sh->sh_bi || !sh->sh_touched)
 				goto nomem;
 			/* every replica starts as the model's item table */
@@ -277,10 +285,8 @@ static int route(mfs_shard_ref_t *r, const mfs_batch_t *b)
 		sh->sh_u[sh->sh_n] = u;
 		sh->sh_i[sh->sh_n] = i;
 		sh->sh_r[sh->sh_n++] = b->r[j];
-		if (!sh->sh_touched[i]) {
-			sh->sh_touched[i] = 1;
+		if (sh->sh_touched[i]++ == 0)
 			sh->sh_ntouched++;
-		}
 		if (!r->sr_inunion[i]) {
 			r->sr_inunion[i] = 1;
 			r->sr_union[r->sr_nunion++] = i;
@@ -306,23 +312,45 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 	const size_t ks = (size_t)r->sr_k, row_bytes = (ks + 1) * sizeof(float);
 	mfs_model_t *m = r->sr_m;
 	float *acc = r->sr_acc;
+	const int mean = r->sr_c.combine == MFS_SHARD_MEAN, blend = r->sr_c.combine == MFS_SHARD_BLEND;
 	for (size_t x = 0; x < r->sr_nunion; x++) {
 		const uint32_t i = r->sr_union[x];
 		float *q0 = m->Q + i * ks;
 		uint32_t c = 0;
 		while (!r->sr_sh[c].sh_touched[i]) /* in the union, so some shard touched it */
 			c++;
-		/* acc = q_c + sum_{s > c, touched} (q_s - q0): [0] the bias, [1..k] the factors */
+		/* SUM: acc = q_c + sum_{s > c, touched} (q_s - q0); MEAN: acc = sum_{touched} q_s / count.
+		 * [0] the bias, [1..k] the factors. */
 		acc[0] = r->sr_sh[c].sh_bi[i];
 		memcpy(acc + 1, r->sr_sh[c].sh_Q + i * ks, ks * sizeof *acc);
+		uint32_t count = 1;
+		uint64_t updates = r->sr_sh[c].sh_touched[i];
 		for (uint32_t s = c + 1; s < S; s++) {
 			const struct shard *sh = &r->sr_sh[s];
 			if (!sh->sh_touched[i])
 				continue;
-			acc[0] += sh->sh_bi[i] - m->bi[i];
 			const float *qs = sh->sh_Q + i * ks;
+			count++;
+			updates += sh->sh_touched[i];
+			if (mean) {
+				acc[0] += sh->sh_bi[i];
+				for (size_t f = 0; f < ks; f++)
+					acc[1 + f] += qs[f];
+			} else {
+				acc[0] += sh->sh_bi[i] - m->bi[i];
+				for (size_t f = 0; f < ks; f++)
+					acc[1 + f] += qs[f] - q0[f];
+			}
+		}
+		if (mean && count > 1)
+			for (size_t f = 0; f <= ks; f++)
+				acc[f] /= (float)count;
+		if (blend && count > 1) { /* q0 + w (acc - q0): gpu/shard.h */
+			const double h = (double)r->sr_hp.lr * (double)updates / (double)count;
+			const float w = (float)(1.0 / (1.0 + (double)(count - 1) * (h < 1 ? h : 1)));
+			acc[0] = m->bi[i] + w * (acc[0] - m->bi[i]);
 			for (size_t f = 0; f < ks; f++)
-				acc[1 + f] += qs[f] - q0[f];
+				acc[1 + f] = q0[f] + w * (acc[1 + f] - q0[f]);
 		}
 		m->bi[i] = acc[0];
 		memcpy(q0, acc + 1, ks * sizeof *acc);

@@ -28,8 +28,10 @@
  *     an item row changed by one shard only since the last exchange takes that shard's value
  *     exactly, so with exchange every batch and batches whose ratings fall on one shard each,
  *     the result is the serial engine's on the same batches, bit for bit.
- *   - allreduce, a row changed by several shards: q = q_c + sum over the others (q_s - q0),
- *     c the lowest such shard, q0 the value at the last exchange, added in shard order.
+ *   - allreduce, a row changed by several shards: MFS_SHARD_SUM, q = q_c + sum over the others
+ *     (q_s - q0), c the lowest such shard, q0 the value at the last exchange, added in shard
+ *     order; MFS_SHARD_MEAN, q = (sum of their q_s in shard order) / their number;
+ *     MFS_SHARD_BLEND, q = q0 + w (SUM's q - q0) with w from gpu/shard.h.
  *   - rotation: a rating is applied only by the shard that holds its item block then (counted
  *     in owner_violations, always 0); every rating once per epoch.
  *   - threads never change a result: shards write disjoint rows between exchanges.
@@ -56,6 +58,7 @@ typedef struct mfs_shard_conf {
 	int scheme;              /* enum mfs_shard_scheme */
 	size_t batch;            /* allreduce epochs: ratings per batch (the streaming batch) */
 	uint32_t exchange_every; /* allreduce: batches between exchanges, >= 1 */
+	int combine;             /* allreduce: enum mfs_shard_combine */
 	int threads;             /* shards run on this many threads (<= 1: one after another) */
 	mfs_shard_trace_fn trace; /* optional (rotation) */
 	void *trace_arg;
