@@ -43,11 +43,19 @@ enum mfs_shard_combine {
 	MFS_SHARD_MEAN = 1, /* the mean of the changed replicas (model averaging: a hot row lands
 	                       between the shards' targets; a row two shards each moved once gets
 	                       half of each move) */
-	MFS_SHARD_BLEND = 2, /* q0 + w x the sum of the deltas, w = 1 / (1 + (C - 1) min(1, lr n / C)):
-	                       C shards changed the row with n ratings in all, so lr n / C says how
-	                       far each went towards its own target. Few small steps: w -> 1, the
-	                       sum; each went the whole way: w -> 1 / C, the mean. A heuristic,
-	                       measured (bench_shard), not derived. */
+	MFS_SHARD_BLEND = 2, /* what serial SGD would have done, under a model of the steps: each of
+	                       shard s's n_s ratings of the row takes a fraction g of the row's
+	                       distance to a common target t, so q_s - q0 = (1 - a_s)(t - q0) with
+	                       a_s = (1 - g)^n_s, and all N ratings one after another would give
+	                       (1 - prod a_s)(t - q0). Each shard's estimate of t - q0, weighted by
+	                       its n_s:
+	                           q = q0 + (1 - prod a_s) / N  sum_s n_s (q_s - q0) / (1 - a_s)
+	                       g = lr (1 + lambda_bi) for the bias; lr (|p|^2 / k + lambda_q) for the
+	                       factors (a rating moves q only along its user's p: isotropic, that is
+	                       |p|^2 / k per dimension; |p|^2 the mean over the round's users). Few
+	                       small steps give the sum of the deltas; many give the count-weighted
+	                       mean of the replicas. A model, checked by measurement (bench_shard),
+	                       not a theorem: the steps are not isotropic and the targets differ. */
 };
 
 /** The shard that owns user row `row`. */

@@ -15,13 +15,14 @@
  * routed, and the union of those rows is kept in arrival order. For each row of the union:
  *     SUM:  q = q_c + sum over touched shards s > c of (q_s - q0)   c: the lowest touched shard
  *     MEAN: q = (sum over touched shards of q_s) / their number
- *     BLEND: q = q0 + w (SUM's q - q0), w = 1 / (1 + (C - 1) min(1, lr n / C)), C shards and
- *            n ratings routed to the row since the last exchange (sh_touched counts them)
+ *     BLEND: q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), a_s = (1 - g)^n_s,
+ *            n_s the ratings shard s routed to the row since the last exchange (sh_touched
+ *            counts them), N their sum (gpu/shard.h says why)
  * element by element in shard order (bias the same), written to the model (q0's home) and to
  * every replica. SUM is q0 + the sum of the deltas, the all-reduce of item deltas, arranged so
  * that a row one shard alone changed takes its value exactly (q0 + (q_c - q0) may round);
- * MEAN averages the replicas that changed; BLEND goes from the one to the other as the
- * shards' moves grow (gpu/shard.h). Any way, with one shard, or one shard per
+ * MEAN averages the replicas that changed; BLEND goes from the sum to a count-weighted mean
+ * as the shards' moves grow (gpu/shard.h). Any way, with one shard, or one shard per
  * batch, the serial result comes out bit for bit. A device
  * implementation that wants that parity all-gathers touched rows and applies the same formula
  * in the same order; a dense NCCL all-reduce of deltas sums in its own order (parity within a
@@ -47,6 +48,10 @@
 
 #include "common/err.h"
 #include "gpu/cpu/cpu_ref.h"
+
+/* BLEND: the largest fraction of its distance to the target one step may cover (log1p(-1)
+ * would be -inf). */
+#define MAX_STEP 0.999
 
 struct shard {
 	/* allreduce: this round's ratings (routed from the batch, in order) */
@@ -76,6 +81,7 @@ struct mfs_shard_ref {
 	uint8_t *sr_inunion;
 	uint32_t sr_since;      /* batches since the last exchange */
 	float *sr_acc;          /* k + 1 floats */
+	double *sr_tacc;        /* k doubles */
 	mfs_batch_t sr_set;     /* the loaded ratings (allreduce) */
 	uint32_t *sr_set_u, *sr_set_i;
 	float *sr_set_r;
@@ -182,6 +188,7 @@ void mfs_shard_ref_free(mfs_shard_ref_t *r)
 	free(r->sr_union);
 	free(r->sr_inunion);
 	free(r->sr_acc);
+	free(r->sr_tacc);
 	free(r->sr_set_u);
 	free(r->sr_set_i);
 	free(r->sr_set_r);
@@ -217,7 +224,8 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 	const size_t ni = r->sr_ni ? r->sr_ni : 1, ks = (size_t)r->sr_k;
 	r->sr_sh = calloc(S, sizeof *r->sr_sh);
 	r->sr_acc = malloc((ks + 1) * sizeof *r->sr_acc);
-	if (!r->sr_sh || !r->sr_acc)
+	r->sr_tacc = malloc((ks + 1) * sizeof *r->sr_tacc);
+	if (!r->sr_sh || !r->sr_acc || !r->sr_tacc)
 		goto nomem;
 	if (conf->scheme == MFS_SHARD_ALLREDUCE) {
 		r->sr_union = malloc(ni * sizeof *r->sr_union);
@@ -302,6 +310,56 @@ static void shard_batch(mfs_shard_ref_t *r, uint32_t s)
 	sh->sh_applied = mfs_sgd_batch_ref(&a, sh->sh_u, sh->sh_i, sh->sh_r, sh->sh_n);
 }
 
+/* BLEND's |p|^2: the mean squared norm of the user rows of this round's ratings (the last
+ * batch's, an estimate for the period), as they are now. */
+static double round_p2(const mfs_shard_ref_t *r)
+{
+	const size_t ks = (size_t)r->sr_k;
+	double sum = 0;
+	uint64_t n = 0;
+	for (uint32_t s = 0; s < r->sr_c.shards; s++)
+		for (size_t j = 0; j < r->sr_sh[s].sh_n; j++) {
+			const float *p = r->sr_m->P + r->sr_sh[s].sh_u[j] * ks;
+			for (size_t f = 0; f < ks; f++)
+				sum += (double)p[f] * (double)p[f];
+			n++;
+		}
+	return n ? sum / (double)n : 0;
+}
+
+/* BLEND for item row i that shards c (the lowest) and others changed (gpu/shard.h): with
+ * a_s = (1 - g)^n_s, q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), in double,
+ * shards in order; g = lr (1 + lambda_bi) for the bias, lr (p2 / k + lambda_q) for factors. */
+static void blend_row(mfs_shard_ref_t *r, uint32_t i, uint32_t c, double p2, float *acc)
+{
+	const mfs_model_t *m = r->sr_m;
+	const size_t ks = (size_t)r->sr_k;
+	const float *q0 = m->Q + i * ks;
+	const double lb = log1p(-fmin((double)r->sr_hp.lr * (1.0 + (double)r->sr_hp.lambda_bi), MAX_STEP));
+	const double lq = log1p(-fmin((double)r->sr_hp.lr * (p2 / (double)ks + (double)r->sr_hp.lambda_q), MAX_STEP));
+	double prod_b = 1, prod_q = 1, N = 0, tb = 0;
+	double *tq = r->sr_tacc;
+	memset(tq, 0, ks * sizeof *tq);
+	for (uint32_t s = c; s < r->sr_c.shards; s++) {
+		const struct shard *sh = &r->sr_sh[s];
+		const double n = (double)sh->sh_touched[i];
+		if (n == 0)
+			continue;
+		prod_b *= exp(n * lb);
+		prod_q *= exp(n * lq);
+		N += n;
+		/* n / (1 - a): -expm1 keeps its digits when n g is small */
+		const double wb = n / -expm1(n * lb), wq = n / -expm1(n * lq);
+		tb += wb * ((double)sh->sh_bi[i] - (double)m->bi[i]);
+		const float *qs = sh->sh_Q + i * ks;
+		for (size_t f = 0; f < ks; f++)
+			tq[f] += wq * ((double)qs[f] - (double)q0[f]);
+	}
+	acc[0] = (float)((double)m->bi[i] + (1 - prod_b) / N * tb);
+	for (size_t f = 0; f < ks; f++)
+		acc[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
+}
+
 int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 {
 	if (!r)
@@ -313,6 +371,7 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 	mfs_model_t *m = r->sr_m;
 	float *acc = r->sr_acc;
 	const int mean = r->sr_c.combine == MFS_SHARD_MEAN, blend = r->sr_c.combine == MFS_SHARD_BLEND;
+	const double p2 = blend ? round_p2(r) : 0;
 	for (size_t x = 0; x < r->sr_nunion; x++) {
 		const uint32_t i = r->sr_union[x];
 		float *q0 = m->Q + i * ks;
@@ -324,14 +383,12 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 		acc[0] = r->sr_sh[c].sh_bi[i];
 		memcpy(acc + 1, r->sr_sh[c].sh_Q + i * ks, ks * sizeof *acc);
 		uint32_t count = 1;
-		uint64_t updates = r->sr_sh[c].sh_touched[i];
 		for (uint32_t s = c + 1; s < S; s++) {
 			const struct shard *sh = &r->sr_sh[s];
 			if (!sh->sh_touched[i])
 				continue;
 			const float *qs = sh->sh_Q + i * ks;
 			count++;
-			updates += sh->sh_touched[i];
 			if (mean) {
 				acc[0] += sh->sh_bi[i];
 				for (size_t f = 0; f < ks; f++)
@@ -345,13 +402,8 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 		if (mean && count > 1)
 			for (size_t f = 0; f <= ks; f++)
 				acc[f] /= (float)count;
-		if (blend && count > 1) { /* q0 + w (acc - q0): gpu/shard.h */
-			const double h = (double)r->sr_hp.lr * (double)updates / (double)count;
-			const float w = (float)(1.0 / (1.0 + (double)(count - 1) * (h < 1 ? h : 1)));
-			acc[0] = m->bi[i] + w * (acc[0] - m->bi[i]);
-			for (size_t f = 0; f < ks; f++)
-				acc[1 + f] = q0[f] + w * (acc[1 + f] - q0[f]);
-		}
+		if (blend && count > 1)
+			blend_row(r, i, c, p2, acc);
 		m->bi[i] = acc[0];
 		memcpy(q0, acc + 1, ks * sizeof *acc);
 		for (uint32_t s = 0; s < S; s++) {
