@@ -378,7 +378,8 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 		uint32_t c = 0;
 		while (!r->sr_sh[c].sh_touched[i]) /* in the union, so some shard touched it */
 			c++;
-		/* SUM: acc = q_c + sum_{s > c, touched} (q_s - q0); MEAN: acc = sum_{touched} q_s / count.
+		/* SUM: acc = q_c + sum_{s > c, touched} (q_s - q0); MEAN: acc = sum_{touched} q_s / count;
+		 * BLEND: blend_row replaces acc where two or more shards touched the row.
 		 * [0] the bias, [1..k] the factors. */
 		acc[0] = r->sr_sh[c].sh_bi[i];
 		memcpy(acc + 1, r->sr_sh[c].sh_Q + i * ks, ks * sizeof *acc);
