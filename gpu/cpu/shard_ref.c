@@ -1,0 +1,659 @@
+/* shard_ref.c - the CPU reference of the sharded algorithm (shard_ref.h): S shards in one
+ * process, the reference SGD update (mfs_sgd_batch_ref, mfs_sgd_ratings_ref) on each shard's
+ * ratings, and the two item-exchange schemes of gpu/shard.h.
+ *
+ * DESIGN
+ *
+ * Rounds. Work goes in rounds: a batch (allreduce) or a sub-epoch (rotation). In a round
+ * every shard applies its ratings, in input order, to rows nobody else writes in that round:
+ * its own users (the partition), and its item replica (allreduce) or the item block it holds
+ * (rotation). So running the shards one after another or on threads (conf.threads, a thread
+ * per group of shards, created per round and joined) gives the same bits. Between rounds,
+ * on the calling thread: the exchange (allreduce) or the hand-over of the blocks (rotation).
+ *
+ * Allreduce exchange. Each shard marks the item rows its ratings name (touched) as they are
+ * routed, and the union of those rows is kept in arrival order. For each row of the union:
+ *     SUM:  q = q_c + sum over touched shards s > c of (q_s - q0)   c: the lowest touched shard
+ *     MEAN: q = (sum over touched shards of q_s) / their number
+ *     BLEND: q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), a_s = (1 - g)^n_s,
+ *            n_s the ratings shard s routed to the row since the last exchange (sh_touched
+ *            counts them), N their sum (gpu/shard.h says why)
+ * element by element in shard order (bias the same), written to the model (q0's home) and to
+ * every replica. SUM is q0 + the sum of the deltas, the all-reduce of item deltas, arranged so
+ * that a row one shard alone changed takes its value exactly (q0 + (q_c - q0) may round);
+ * MEAN averages the replicas that changed; BLEND goes from the sum to a count-weighted mean
+ * as the shards' moves grow (gpu/shard.h). Any way, with one shard, or one shard per
+ * batch, the serial result comes out bit for bit. A device
+ * implementation that wants that parity all-gathers touched rows and applies the same formula
+ * in the same order; a dense NCCL all-reduce of deltas sums in its own order (parity within a
+ * tolerance). Both are counted: bytes_sparse and bytes_dense.
+ *
+ * Rotation. At load each shard's ratings are bucketed by item block, stably (input order in a
+ * bucket). owner[b] says which shard holds item block b; it starts as at sub-epoch 0. At each
+ * sub-epoch the blocks move to the shards that work them (each hands its block to s - 1),
+ * and the bytes of every block that changes hands are counted. Every rating's block is checked
+ * against owner[] before the shard applies it (owner_violations).
+ *
+ * Ownership: the reference keeps m (the caller's) and writes its arrays; it owns the replicas,
+ * the routing scratch and the loaded ratings.
+ */
+#include "gpu/cpu/shard_ref.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "gpu/cpu/cpu_ref.h"
+
+/* BLEND: the largest fraction of its distance to the target one step may cover (log1p(-1)
+ * would be -inf). */
+#define MAX_STEP 0.999
+
+struct shard {
+	/* allreduce: this round's ratings (routed from the batch, in order) */
+	uint32_t *sh_u, *sh_i;
+	float *sh_r;
+	size_t sh_n;
+	float *sh_Q, *sh_bi;    /* allreduce: the replica of the item table */
+	uint32_t *sh_touched;   /* allreduce: per item row, ratings routed here since the last exchange */
+	size_t sh_ntouched;
+	/* rotation: this shard's ratings bucketed by item block */
+	mfs_rating_t *sh_rt;
+	size_t sh_boff[MFS_SHARD_MAX + 1];
+	uint32_t sh_block;      /* rotation: the block worked this round */
+	uint64_t sh_applied;    /* this round */
+	uint64_t sh_violations; /* this round */
+};
+
+struct mfs_shard_ref {
+	mfs_shard_conf_t sr_c;
+	mfs_model_t *sr_m;
+	uint32_t sr_nu, sr_ni;  /* row counts at init */
+	int sr_k;
+	mfs_hparams_t sr_hp;
+	struct shard *sr_sh;
+	uint32_t *sr_union;     /* allreduce: item rows touched by any shard, first-touch order */
+	size_t sr_nunion;
+	uint8_t *sr_inunion;
+	uint32_t sr_since;      /* batches since the last exchange */
+	float *sr_acc;          /* k + 1 floats */
+	double *sr_tacc;        /* k doubles */
+	mfs_batch_t sr_set;     /* the loaded ratings (allreduce) */
+	uint32_t *sr_set_u, *sr_set_i;
+	float *sr_set_r;
+	int sr_loaded;
+	uint32_t sr_owner[MFS_SHARD_MAX]; /* rotation: block -> shard holding it */
+	uint64_t sr_sub_epochs;
+	mfs_shard_stats_t sr_st;
+};
+
+/* ---- rounds on threads ---------------------------------------------------------------- */
+
+typedef void (*shard_fn)(mfs_shard_ref_t *r, uint32_t s);
+
+struct runner {
+	mfs_shard_ref_t *r;
+	shard_fn fn;
+	uint32_t first, step;
+};
+
+static void *runner_main(void *arg)
+{
+	struct runner *x = arg;
+	for (uint32_t s = x->first; s < x->r->sr_c.shards; s += x->step)
+		x->fn(x->r, s);
+	return NULL;
+}
+
+/* fn(r, s) for every shard, on min(threads, S) threads (the caller is one of them). */
+static int run_round(mfs_shard_ref_t *r, shard_fn fn)
+{
+	const uint32_t S = r->sr_c.shards;
+	uint32_t T = r->sr_c.threads > 1 ? (uint32_t)r->sr_c.threads : 1;
+	if (T > S)
+		T = S;
+	struct runner w[MFS_SHARD_MAX];
+	pthread_t tid[MFS_SHARD_MAX];
+	uint32_t started = 0;
+	int rc = 0;
+	for (uint32_t t = 0; t < T; t++)
+		w[t] = (struct runner){r, fn, t, T};
+	for (uint32_t t = 1; t < T; t++) {
+		if ((rc = pthread_create(&tid[t], NULL, runner_main, &w[t])))
+			break;
+		started = t;
+	}
+	if (rc) { /* run what did not start on the caller: same results, fewer threads */
+		for (uint32_t t = started + 1; t < T; t++)
+			runner_main(&w[t]);
+		rc = 0;
+	}
+	runner_main(&w[0]);
+	for (uint32_t t = 1; t <= started; t++)
+		pthread_join(tid[t], NULL);
+	return rc;
+}
+
+/* ---- checks ----------------------------------------------------------------------------- */
+
+/* engine.c's rule: every row below the row counts, every rating finite; the first bad rating
+ * decides the code. loss: MFS_ROW_NONE allowed. */
+static int check_batch(const mfs_shard_ref_t *r, const mfs_batch_t *b, int loss)
+{
+	if (!b || (b->n && (!b->u || !b->i || !b->r)))
+		return MFS_EINVAL;
+	for (size_t j = 0; j < b->n; j++) {
+		if ((b->u[j] >= r->sr_nu && !(loss && b->u[j] == MFS_ROW_NONE)) ||
+		    (b->i[j] >= r->sr_ni && !(loss && b->i[j] == MFS_ROW_NONE)))
+			return MFS_EINVAL;
+		if (!isfinite(b->r[j]))
+			return MFS_ENAN;
+	}
+	return 0;
+}
+
+/* What a shard's SGD reads: the model's user rows, its own item table. */
+static mfs_sgd_args_t args_of(const mfs_shard_ref_t *r, uint32_t s)
+{
+	const mfs_model_t *m = r->sr_m;
+	mfs_sgd_args_t a = {r->sr_k, (float)m->mu, m->P, m->Q, m->bu, m->bi, r->sr_hp};
+	if (r->sr_c.scheme == MFS_SHARD_ALLREDUCE) {
+		a.Q = r->sr_sh[s].sh_Q;
+		a.bi = r->sr_sh[s].sh_bi;
+	}
+	return a;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+void mfs_shard_ref_free(mfs_shard_ref_t *r)
+{
+	if (!r)
+		return;
+	for (uint32_t s = 0; r->sr_sh && s < r->sr_c.shards; s++) {
+		struct shard *sh = &r->sr_sh[s];
+		free(sh->sh_u);
+		free(sh->sh_i);
+		free(sh->sh_r);
+		free(sh->sh_Q);
+		free(sh->sh_bi);
+		free(sh->sh_touched);
+		free(sh->sh_rt);
+	}
+	free(r->sr_sh);
+	free(r->sr_union);
+	free(r->sr_inunion);
+	free(r->sr_acc);
+	free(r->sr_tacc);
+	free(r->sr_set_u);
+	free(r->sr_set_i);
+	free(r->sr_set_r);
+	free(r);
+}
+
+int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_ref_t **out, char *errstr,
+                       size_t errstr_size)
+{
+	if (!conf || !m || !out)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: no configuration or model");
+	if (conf->shards < 1 || conf->shards > MFS_SHARD_MAX)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: %u shards (want 1..%d)",
+		                conf->shards, MFS_SHARD_MAX);
+	if (conf->scheme != MFS_SHARD_ALLREDUCE && conf->scheme != MFS_SHARD_ROTATE)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: unknown scheme %d", conf->scheme);
+	if (conf->scheme == MFS_SHARD_ALLREDUCE && (conf->batch < 1 || conf->exchange_every < 1))
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL,
+		                "shard reference: allreduce wants batch >= 1 and exchange_every >= 1");
+	if (conf->combine != MFS_SHARD_SUM && conf->combine != MFS_SHARD_MEAN &&
+	    conf->combine != MFS_SHARD_BLEND)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: unknown combine %d", conf->combine);
+	mfs_shard_ref_t *r = calloc(1, sizeof *r);
+	if (!r)
+		return mfs_errf(errstr, errstr_size, ENOMEM, "shard reference: out of memory");
+	r->sr_c = *conf;
+	r->sr_m = m;
+	r->sr_nu = m->n_users;
+	r->sr_ni = m->n_items;
+	r->sr_k = m->k;
+	r->sr_hp = (mfs_hparams_t)MFS_HPARAMS_DEFAULT;
+	const uint32_t S = conf->shards;
+	const size_t ni = r->sr_ni ? r->sr_ni : 1, ks = (size_t)r->sr_k;
+	r->sr_sh = calloc(S, sizeof *r->sr_sh);
+	r->sr_acc = malloc((ks + 1) * sizeof *r->sr_acc);
+	r->sr_tacc = malloc((ks + 1) * sizeof *r->sr_tacc);
+	if (!r->sr_sh || !r->sr_acc || !r->sr_tacc)
+		goto nomem;
+	if (conf->scheme == MFS_SHARD_ALLREDUCE) {
+		r->sr_union = malloc(ni * sizeof *r->sr_union);
+		r->sr_inunion = calloc(ni, 1);
+		if (!r->sr_union || !r->sr_inunion)
+			goto nomem;
+		for (uint32_t s = 0; s < S; s++) {
+			struct shard *sh = &r->sr_sh[s];
+			sh->sh_Q = malloc(ni * ks * sizeof *sh->sh_Q);
+			sh->sh_bi = malloc(ni * sizeof *sh->sh_bi);
+			sh->sh_touched = calloc(ni, sizeof *sh->sh_touched);
+			if (!sh->sh_Q || !sh->sh_bi || !sh->sh_touched)
+				goto nomem;
+			/* every replica starts as the model's item table */
+			memcpy(sh->sh_Q, m->Q, (size_t)r->sr_ni * ks * sizeof *sh->sh_Q);
+			memcpy(sh->sh_bi, m->bi, (size_t)r->sr_ni * sizeof *sh->sh_bi);
+		}
+	}
+	for (uint32_t b = 0; b < S; b++) /* blocks start where sub-epoch 0 wants them */
+		r->sr_owner[mfs_shard_rotation_block(b, 0, S)] = b;
+	*out = r;
+	return 0;
+nomem:
+	mfs_shard_ref_free(r);
+	return mfs_errf(errstr, errstr_size, ENOMEM, "shard reference: out of memory (%u shards, %u items, k=%d)",
+	                S, m->n_items, m->k);
+}
+
+int mfs_shard_ref_set_hparams(mfs_shard_ref_t *r, const mfs_hparams_t *hp)
+{
+	if (!r || !hp || !(isfinite(hp->lr) && hp->lr > 0) || !(isfinite(hp->lambda_p) && hp->lambda_p >= 0) ||
+	    !(isfinite(hp->lambda_q) && hp->lambda_q >= 0) || !(isfinite(hp->lambda_bu) && hp->lambda_bu >= 0) ||
+	    !(isfinite(hp->lambda_bi) && hp->lambda_bi >= 0) || isnan(hp->clip_min) || isnan(hp->clip_max) ||
+	    hp->clip_min > hp->clip_max)
+		return MFS_EINVAL;
+	r->sr_hp = *hp;
+	return 0;
+}
+
+/* ---- allreduce ---------------------------------------------------------------------------- */
+
+/* Route b's ratings to their users' shards (input order kept) and mark the items touched. */
+static int route(mfs_shard_ref_t *r, const mfs_batch_t *b)
+{
+	const uint32_t S = r->sr_c.shards;
+	for (uint32_t s = 0; s < S; s++) {
+		struct shard *sh = &r->sr_sh[s];
+		sh->sh_n = 0;
+		/* room for the whole batch: shards are uneven under skew, and the scratch is reused */
+		uint32_t *u = realloc(sh->sh_u, (b->n ? b->n : 1) * sizeof *u);
+		if (u)
+			sh->sh_u = u;
+		uint32_t *i = realloc(sh->sh_i, (b->n ? b->n : 1) * sizeof *i);
+		if (i)
+			sh->sh_i = i;
+		float *x = realloc(sh->sh_r, (b->n ? b->n : 1) * sizeof *x);
+		if (x)
+			sh->sh_r = x;
+		if (!u || !i || !x)
+			return ENOMEM;
+	}
+	for (size_t j = 0; j < b->n; j++) {
+		const uint32_t u = b->u[j], i = b->i[j];
+		struct shard *sh = &r->sr_sh[mfs_shard_of_user(u, S)];
+		sh->sh_u[sh->sh_n] = u;
+		sh->sh_i[sh->sh_n] = i;
+		sh->sh_r[sh->sh_n++] = b->r[j];
+		if (sh->sh_touched[i]++ == 0)
+			sh->sh_ntouched++;
+		if (!r->sr_inunion[i]) {
+			r->sr_inunion[i] = 1;
+			r->sr_union[r->sr_nunion++] = i;
+		}
+	}
+	return 0;
+}
+
+static void shard_batch(mfs_shard_ref_t *r, uint32_t s)
+{
+	struct shard *sh = &r->sr_sh[s];
+	const mfs_sgd_args_t a = args_of(r, s);
+	sh->sh_applied = mfs_sgd_batch_ref(&a, sh->sh_u, sh->sh_i, sh->sh_r, sh->sh_n);
+}
+
+/* BLEND's |p|^2: the mean squared norm of the user rows of this round's ratings (the last
+ * batch's, an estimate for the period), as they are now. */
+static double round_p2(const mfs_shard_ref_t *r)
+{
+	const size_t ks = (size_t)r->sr_k;
+	double sum = 0;
+	uint64_t n = 0;
+	for (uint32_t s = 0; s < r->sr_c.shards; s++)
+		for (size_t j = 0; j < r->sr_sh[s].sh_n; j++) {
+			const float *p = r->sr_m->P + r->sr_sh[s].sh_u[j] * ks;
+			for (size_t f = 0; f < ks; f++)
+				sum += (double)p[f] * (double)p[f];
+			n++;
+		}
+	return n ? sum / (double)n : 0;
+}
+
+/* BLEND for item row i that shards c (the lowest) and others changed (gpu/shard.h): with
+ * a_s = (1 - g)^n_s, q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), in double,
+ * shards in order; g = lr (1 + lambda_bi) for the bias, lr (p2 / k + lambda_q) for factors. */
+static void blend_row(mfs_shard_ref_t *r, uint32_t i, uint32_t c, double p2, float *acc)
+{
+	const mfs_model_t *m = r->sr_m;
+	const size_t ks = (size_t)r->sr_k;
+	const float *q0 = m->Q + i * ks;
+	const double lb = log1p(-fmin((double)r->sr_hp.lr * (1.0 + (double)r->sr_hp.lambda_bi), MAX_STEP));
+	const double lq = log1p(-fmin((double)r->sr_hp.lr * (p2 / (double)ks + (double)r->sr_hp.lambda_q), MAX_STEP));
+	double prod_b = 1, prod_q = 1, N = 0, tb = 0;
+	double *tq = r->sr_tacc;
+	memset(tq, 0, ks * sizeof *tq);
+	for (uint32_t s = c; s < r->sr_c.shards; s++) {
+		const struct shard *sh = &r->sr_sh[s];
+		const double n = (double)sh->sh_touched[i];
+		if (n == 0)
+			continue;
+		prod_b *= exp(n * lb);
+		prod_q *= exp(n * lq);
+		N += n;
+		/* n / (1 - a): -expm1 keeps its digits when n g is small */
+		const double wb = n / -expm1(n * lb), wq = n / -expm1(n * lq);
+		tb += wb * ((double)sh->sh_bi[i] - (double)m->bi[i]);
+		const float *qs = sh->sh_Q + i * ks;
+		for (size_t f = 0; f < ks; f++)
+			tq[f] += wq * ((double)qs[f] - (double)q0[f]);
+	}
+	acc[0] = (float)((double)m->bi[i] + (1 - prod_b) / N * tb);
+	for (size_t f = 0; f < ks; f++)
+		acc[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
+}
+
+int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
+{
+	if (!r)
+		return MFS_EINVAL;
+	if (r->sr_c.scheme != MFS_SHARD_ALLREDUCE || (r->sr_nunion == 0 && r->sr_since == 0))
+		return 0;
+	const uint32_t S = r->sr_c.shards;
+	const size_t ks = (size_t)r->sr_k, row_bytes = (ks + 1) * sizeof(float);
+	mfs_model_t *m = r->sr_m;
+	float *acc = r->sr_acc;
+	const int mean = r->sr_c.combine == MFS_SHARD_MEAN, blend = r->sr_c.combine == MFS_SHARD_BLEND;
+	const double p2 = blend ? round_p2(r) : 0;
+	for (size_t x = 0; x < r->sr_nunion; x++) {
+		const uint32_t i = r->sr_union[x];
+		float *q0 = m->Q + i * ks;
+		uint32_t c = 0;
+		while (!r->sr_sh[c].sh_touched[i]) /* in the union, so some shard touched it */
+			c++;
+		/* SUM: acc = q_c + sum_{s > c, touched} (q_s - q0); MEAN: acc = sum_{touched} q_s / count;
+		 * BLEND: blend_row replaces acc where two or more shards touched the row.
+		 * [0] the bias, [1..k] the factors. */
+		acc[0] = r->sr_sh[c].sh_bi[i];
+		memcpy(acc + 1, r->sr_sh[c].sh_Q + i * ks, ks * sizeof *acc);
+		uint32_t count = 1;
+		for (uint32_t s = c + 1; s < S; s++) {
+			const struct shard *sh = &r->sr_sh[s];
+			if (!sh->sh_touched[i])
+				continue;
+			const float *qs = sh->sh_Q + i * ks;
+			count++;
+			if (mean) {
+				acc[0] += sh->sh_bi[i];
+				for (size_t f = 0; f < ks; f++)
+					acc[1 + f] += qs[f];
+			} else {
+				acc[0] += sh->sh_bi[i] - m->bi[i];
+				for (size_t f = 0; f < ks; f++)
+					acc[1 + f] += qs[f] - q0[f];
+			}
+		}
+		if (mean && count > 1)
+			for (size_t f = 0; f <= ks; f++)
+				acc[f] /= (float)count;
+		if (blend && count > 1)
+			blend_row(r, i, c, p2, acc);
+		m->bi[i] = acc[0];
+		memcpy(q0, acc + 1, ks * sizeof *acc);
+		for (uint32_t s = 0; s < S; s++) {
+			struct shard *sh = &r->sr_sh[s];
+			sh->sh_bi[i] = acc[0];
+			memcpy(sh->sh_Q + i * ks, acc + 1, ks * sizeof *acc);
+			sh->sh_touched[i] = 0;
+		}
+		r->sr_inunion[i] = 0;
+	}
+	for (uint32_t s = 0; s < S; s++) {
+		/* every other shard receives this shard's touched rows, each with its row number */
+		r->sr_st.bytes_sparse += (uint64_t)r->sr_sh[s].sh_ntouched * (S - 1) * (row_bytes + sizeof(uint32_t));
+		r->sr_sh[s].sh_ntouched = 0;
+	}
+	r->sr_st.bytes_dense += mfs_shard_allreduce_bytes(r->sr_ni, row_bytes, S);
+	r->sr_st.rows_exchanged += r->sr_nunion;
+	r->sr_st.exchanges++;
+	r->sr_nunion = 0;
+	r->sr_since = 0;
+	return 0;
+}
+
+/* One batch of valid ratings: route, apply on every shard, exchange when it is due. */
+static int allreduce_batch(mfs_shard_ref_t *r, const mfs_batch_t *b)
+{
+	int rc = route(r, b);
+	if (rc)
+		return rc;
+	if ((rc = run_round(r, shard_batch)))
+		return rc;
+	uint64_t applied = 0, max = 0;
+	for (uint32_t s = 0; s < r->sr_c.shards; s++) {
+		applied += r->sr_sh[s].sh_applied;
+		if (r->sr_sh[s].sh_n > max)
+			max = r->sr_sh[s].sh_n;
+	}
+	r->sr_m->events_applied += applied;
+	r->sr_st.rounds++;
+	r->sr_st.ratings += b->n;
+	r->sr_st.ratings_max_sum += max;
+	if (++r->sr_since >= r->sr_c.exchange_every)
+		rc = mfs_shard_ref_exchange(r);
+	return rc;
+}
+
+int mfs_shard_ref_sgd(mfs_shard_ref_t *r, const mfs_batch_t *b)
+{
+	if (!r || r->sr_c.scheme != MFS_SHARD_ALLREDUCE)
+		return MFS_EINVAL;
+	int rc = check_batch(r, b, 0);
+	return rc ? rc : allreduce_batch(r, b);
+}
+
+/* ---- rotation ------------------------------------------------------------------------------ */
+
+/* Bucket shard s's ratings by item block, stably. */
+static int rotate_load(mfs_shard_ref_t *r, const mfs_batch_t *b)
+{
+	const uint32_t S = r->sr_c.shards;
+	size_t cnt[MFS_SHARD_MAX][MFS_SHARD_MAX + 1];
+	memset(cnt, 0, sizeof cnt);
+	for (size_t j = 0; j < b->n; j++)
+		cnt[mfs_shard_of_user(b->u[j], S)][mfs_shard_item_block(b->i[j], S) + 1]++;
+	for (uint32_t s = 0; s < S; s++) {
+		struct shard *sh = &r->sr_sh[s];
+		for (uint32_t blk = 0; blk < S; blk++)
+			cnt[s][blk + 1] += cnt[s][blk];
+		memcpy(sh->sh_boff, cnt[s], (S + 1) * sizeof *sh->sh_boff);
+		free(sh->sh_rt);
+		sh->sh_rt = malloc((cnt[s][S] ? cnt[s][S] : 1) * sizeof *sh->sh_rt);
+		if (!sh->sh_rt)
+			return ENOMEM;
+	}
+	for (size_t j = 0; j < b->n; j++) {
+		const uint32_t s = mfs_shard_of_user(b->u[j], S), blk = mfs_shard_item_block(b->i[j], S);
+		r->sr_sh[s].sh_rt[cnt[s][blk]++] = (mfs_rating_t){b->u[j], b->i[j], b->r[j]};
+	}
+	return 0;
+}
+
+static void shard_block(mfs_shard_ref_t *r, uint32_t s)
+{
+	struct shard *sh = &r->sr_sh[s];
+	const uint32_t S = r->sr_c.shards, blk = sh->sh_block;
+	const mfs_rating_t *rt = sh->sh_rt + sh->sh_boff[blk];
+	const size_t n = sh->sh_boff[blk + 1] - sh->sh_boff[blk];
+	/* The ownership check, on every rating: its item's block, held by this shard now. */
+	uint64_t bad = 0;
+	for (size_t j = 0; j < n; j++)
+		bad += mfs_shard_item_block(rt[j].i, S) != blk || r->sr_owner[blk] != s;
+	sh->sh_violations = bad;
+	const mfs_sgd_args_t a = args_of(r, s);
+	sh->sh_applied = bad ? 0 : mfs_sgd_ratings_ref(&a, rt, n);
+}
+
+static int rotate_epoch(mfs_shard_ref_t *r)
+{
+	const uint32_t S = r->sr_c.shards;
+	const uint64_t row_bytes = ((uint64_t)r->sr_k + 1) * sizeof(float);
+	uint32_t want[MFS_SHARD_MAX];
+	int rc = 0;
+	for (uint32_t t = 0; t < S && !rc; t++) {
+		/* hand the blocks to the shards that work them in this sub-epoch */
+		int moved = 0;
+		for (uint32_t s = 0; s < S; s++) {
+			const uint32_t blk = mfs_shard_rotation_block(s, t, S);
+			want[s] = blk;
+			if (r->sr_owner[blk] != s) {
+				r->sr_st.bytes_sparse += mfs_shard_rows_in(r->sr_ni, blk, S) * row_bytes;
+				r->sr_owner[blk] = s;
+				moved = 1;
+			}
+		}
+		r->sr_st.exchanges += (uint64_t)moved;
+		if (r->sr_c.trace)
+			r->sr_c.trace(r->sr_c.trace_arg, r->sr_sub_epochs, want, S);
+		uint64_t max = 0, applied = 0, ratings = 0;
+		for (uint32_t s = 0; s < S; s++)
+			r->sr_sh[s].sh_block = want[s];
+		rc = run_round(r, shard_block);
+		for (uint32_t s = 0; s < S; s++) {
+			const struct shard *sh = &r->sr_sh[s];
+			const uint64_t n = sh->sh_boff[want[s] + 1] - sh->sh_boff[want[s]];
+			applied += sh->sh_applied;
+			ratings += n;
+			max = n > max ? n : max;
+			r->sr_st.owner_violations += sh->sh_violations;
+		}
+		r->sr_m->events_applied += applied;
+		r->sr_st.rounds++;
+		r->sr_st.ratings += ratings;
+		r->sr_st.ratings_max_sum += max;
+		r->sr_sub_epochs++;
+	}
+	return rc;
+}
+
+/* ---- epochs, loss, inspection ------------------------------------------------------------- */
+
+int mfs_shard_ref_load(mfs_shard_ref_t *r, const mfs_batch_t *b)
+{
+	if (!r)
+		return MFS_EINVAL;
+	int rc = check_batch(r, b, 0);
+	if (rc)
+		return rc;
+	r->sr_loaded = 0;
+	if (r->sr_c.scheme == MFS_SHARD_ROTATE) {
+		if ((rc = rotate_load(r, b)))
+			return rc;
+	} else {
+		const size_t n = b->n ? b->n : 1;
+		free(r->sr_set_u);
+		free(r->sr_set_i);
+		free(r->sr_set_r);
+		r->sr_set_u = malloc(n * sizeof *r->sr_set_u);
+		r->sr_set_i = malloc(n * sizeof *r->sr_set_i);
+		r->sr_set_r = malloc(n * sizeof *r->sr_set_r);
+		if (!r->sr_set_u || !r->sr_set_i || !r->sr_set_r)
+			return ENOMEM;
+		memcpy(r->sr_set_u, b->u, b->n * sizeof *b->u);
+		memcpy(r->sr_set_i, b->i, b->n * sizeof *b->i);
+		memcpy(r->sr_set_r, b->r, b->n * sizeof *b->r);
+		r->sr_set = (mfs_batch_t){r->sr_set_u, r->sr_set_i, r->sr_set_r, b->n};
+	}
+	r->sr_loaded = 1;
+	return 0;
+}
+
+int mfs_shard_ref_epoch(mfs_shard_ref_t *r)
+{
+	if (!r || !r->sr_loaded)
+		return MFS_EINVAL;
+	if (r->sr_c.scheme == MFS_SHARD_ROTATE)
+		return rotate_epoch(r);
+	int rc = 0;
+	const size_t n = r->sr_set.n, B = r->sr_c.batch;
+	for (size_t off = 0; off < n && !rc; off += B) {
+		mfs_batch_t b = {r->sr_set.u + off, r->sr_set.i + off, r->sr_set.r + off, n - off < B ? n - off : B};
+		rc = allreduce_batch(r, &b);
+	}
+	return rc ? rc : mfs_shard_ref_exchange(r); /* an epoch ends with the replicas agreeing */
+}
+
+int mfs_shard_ref_loss(mfs_shard_ref_t *r, const mfs_batch_t *b, mfs_loss_t *out)
+{
+	if (!r || !out)
+		return MFS_EINVAL;
+	int rc = check_batch(r, b, 1);
+	if (rc)
+		return rc;
+	const uint32_t S = r->sr_c.shards;
+	const size_t n = b->n;
+	uint32_t *u = malloc((n ? n : 1) * sizeof *u), *i = malloc((n ? n : 1) * sizeof *i);
+	float *x = malloc((n ? n : 1) * sizeof *x);
+	double *part = malloc(2 * ((n + MFS_LOSS_CHUNK - 1) / MFS_LOSS_CHUNK + 1) * sizeof *part);
+	if (!u || !i || !x || !part) {
+		rc = ENOMEM;
+		goto done;
+	}
+	double sse = 0, sae = 0;
+	for (uint32_t s = 0; s < S; s++) {
+		size_t ns = 0; /* this shard's users' ratings, in order */
+		for (size_t j = 0; j < n; j++) {
+			const uint32_t owner = b->u[j] == MFS_ROW_NONE ? 0 : mfs_shard_of_user(b->u[j], S);
+			if (owner == s) {
+				u[ns] = b->u[j];
+				i[ns] = b->i[j];
+				x[ns++] = b->r[j];
+			}
+		}
+		const mfs_sgd_args_t a = args_of(r, s);
+		const size_t chunks = (ns + MFS_LOSS_CHUNK - 1) / MFS_LOSS_CHUNK;
+		for (size_t c = 0; c < chunks; c++) {
+			const size_t lo = c * MFS_LOSS_CHUNK, hi = lo + MFS_LOSS_CHUNK < ns ? lo + MFS_LOSS_CHUNK : ns;
+			mfs_loss_batch_ref(&a, u + lo, i + lo, x + lo, hi - lo, &part[2 * c], &part[2 * c + 1]);
+		}
+		mfs_loss_t ls;
+		mfs_loss_combine_ref(part, chunks, ns, &ls); /* the engine's reduction, per shard */
+		/* the reduction across shards: sums, in shard order (S = 1: the engine's result) */
+		sse = s ? sse + ls.sse : ls.sse;
+		sae = s ? sae + ls.sae : ls.sae;
+	}
+	out->sse = sse;
+	out->sae = sae;
+	out->n = n;
+	out->rmse = n ? sqrt(sse / (double)n) : NAN;
+	out->mae = n ? sae / (double)n : NAN;
+done:
+	free(u);
+	free(i);
+	free(x);
+	free(part);
+	return rc;
+}
+
+const float *mfs_shard_ref_items(const mfs_shard_ref_t *r, uint32_t s, const float **bias)
+{
+	if (!r || s >= r->sr_c.shards)
+		return NULL;
+	const mfs_sgd_args_t a = args_of(r, s);
+	if (bias)
+		*bias = a.bi;
+	return a.Q;
+}
+
+void mfs_shard_ref_stats(const mfs_shard_ref_t *r, mfs_shard_stats_t *out)
+{
+	if (r && out)
+		*out = r->sr_st;
+}

@@ -1,0 +1,91 @@
+/* shard.h - the rules of a model sharded over S devices (issue 21): which shard owns a user
+ * row, which item block an item row is in, which block a shard works in a rotation step, and
+ * what the two item-exchange schemes move. Plain arithmetic on rows, shared by the CPU
+ * reference of the sharded algorithm (gpu/cpu/shard_ref.h) and, when it exists, a multi-GPU
+ * engine, so that both route and schedule the same way. docs/SCALE_OUT.md gives the design.
+ *
+ * Users: shard = row % S, local row = row / S. Rows are handed out in arrival order
+ * (model_store), so the modulus deals them round-robin: every shard holds the same number of
+ * rows to within one and grows at the same rate (per-device growth budgets stay even), a
+ * row freed by eviction and given to a new id stays on its device, and both directions are
+ * one division with no table. A hash of the external id would need a table from row to local
+ * row on every device and would rebalance nothing that arrival order has not already mixed:
+ * the id's own structure (sequential numbers, strings with common prefixes) never reaches
+ * the row number. Hosts split users by the external id instead (Kafka's key partitioner):
+ * that is a different level, docs/SCALE_OUT.md.
+ *
+ * Items, in the block-rotation scheme: block = row % S, the same rule (train renumbers item
+ * rows at random, and a stream's rows are in arrival order).
+ */
+#ifndef MFS_SHARD_H
+#define MFS_SHARD_H
+
+#include <stdint.h>
+
+/** Most shards the reference (and the design) takes: a host's GPUs. */
+#define MFS_SHARD_MAX 64
+
+enum mfs_shard_scheme {
+	/* items replicated on every shard; each shard's item changes since the last exchange are
+	 * summed into every replica every `exchange_every` batches (NCCL all-reduce of deltas) */
+	MFS_SHARD_ALLREDUCE = 0,
+	/* items cut into S blocks that rotate: in sub-epoch t shard s works rating block
+	 * (s, (s + t) % S) and then hands item block (s + t) % S to shard s - 1 (CuMF_SGD) */
+	MFS_SHARD_ROTATE = 1,
+};
+
+/** How an all-reduce combines the replicas of an item row that several shards changed since
+ *  the last exchange (a row one shard alone changed takes that shard's value either way). */
+enum mfs_shard_combine {
+	MFS_SHARD_SUM = 0,  /* q0 + the sum of the shards' deltas: each shard's change counts in full
+	                       (synchronous data-parallel SGD; overshoots a hot row that every shard
+	                       moved to its target: docs/BENCHMARKS.md, "Sharding, CPU reference") */
+	MFS_SHARD_MEAN = 1, /* the mean of the changed replicas (model averaging: a hot row lands
+	                       between the shards' targets; a row two shards each moved once gets
+	                       half of each move) */
+	MFS_SHARD_BLEND = 2, /* what serial SGD would have done, under a model of the steps: each of
+	                       shard s's n_s ratings of the row takes a fraction g of the row's
+	                       distance to a common target t, so q_s - q0 = (1 - a_s)(t - q0) with
+	                       a_s = (1 - g)^n_s, and all N ratings one after another would give
+	                       (1 - prod a_s)(t - q0). Each shard's estimate of t - q0, weighted by
+	                       its n_s:
+	                           q = q0 + (1 - prod a_s) / N  sum_s n_s (q_s - q0) / (1 - a_s)
+	                       g = lr (1 + lambda_bi) for the bias; lr (|p|^2 / k + lambda_q) for the
+	                       factors (a rating moves q only along its user's p: isotropic, that is
+	                       |p|^2 / k per dimension; |p|^2 the mean over the round's users). Few
+	                       small steps give the sum of the deltas; many give the count-weighted
+	                       mean of the replicas. A model, checked by measurement (bench_shard),
+	                       not a theorem: the steps are not isotropic and the targets differ. */
+};
+
+/** The shard that owns user row `row`. */
+static inline uint32_t mfs_shard_of_user(uint32_t row, uint32_t shards) { return row % shards; }
+
+/** The row of user row `row` inside its shard's tables. */
+static inline uint32_t mfs_shard_local_row(uint32_t row, uint32_t shards) { return row / shards; }
+
+/** The item block of item row `row` (rotation). */
+static inline uint32_t mfs_shard_item_block(uint32_t row, uint32_t shards) { return row % shards; }
+
+/** Rotation: the item block shard s works in sub-epoch t (0 <= t < S). For a fixed t this is
+ *  a permutation of the shards, so no two shards hold the same item block at once; over the
+ *  S sub-epochs of an epoch every shard works every block once. */
+static inline uint32_t mfs_shard_rotation_block(uint32_t s, uint32_t t, uint32_t shards)
+{
+	return (s + t) % shards;
+}
+
+/** Rows of a table of n rows that block (or shard) b of S holds under the modulus rule. */
+static inline uint32_t mfs_shard_rows_in(uint32_t n, uint32_t b, uint32_t shards)
+{
+	return n / shards + (b < n % shards ? 1u : 0u);
+}
+
+/** Bytes a ring all-reduce of a table of `rows` rows of `row_bytes` sends, all S shards
+ *  together: each sends 2 (S - 1) / S of the table (reduce-scatter, then all-gather). */
+static inline uint64_t mfs_shard_allreduce_bytes(uint64_t rows, uint64_t row_bytes, uint32_t shards)
+{
+	return 2u * (uint64_t)(shards - 1) * rows * row_bytes;
+}
+
+#endif
