@@ -449,7 +449,8 @@ int mfs_cmd_train(int argc, char **argv)
 					fprintf(stderr, "mfstream train: keeping the best model: %s\n", mfs_strerror(rc));
 					goto out;
 				}
-			} else if (c.train_patience && ++bad >= c.train_patience) {
+			} else if (c.train_patience && !mfs_lr_holding(&lr) && ++bad >= c.train_patience) {
+				/* (epochs of a start off a plateau are not counted: the loss may rise before it falls) */
 				printf("early stop: validation RMSE has not improved for %d epochs (best %.4f at epoch %d)\n", bad,
 				       best, best_epoch);
 				break;

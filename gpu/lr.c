@@ -43,7 +43,41 @@ void mfs_lr_init(mfs_lr_t *c, const mfs_lr_conf_t *conf)
 	c->best_loss = INFINITY;
 	c->last_loss = NAN;
 	c->worse = 0;
+	c->plateau_gain = conf->plateau_gain;
+	c->plateau_tol = conf->plateau_tol;
+	c->plateau_cap = conf->plateau_cap;
+	c->base = c->lr0;
+	c->held = 0;
+	c->started = !(conf->plateau_gain > 1);
 	c->lr = lr_clamp(c, c->lr0);
+}
+
+/* Decay: the start off a plateau (lr.h): pass t >= 2 against the best pass before it. */
+static void plateau_step(mfs_lr_t *c, double loss)
+{
+	if (c->started)
+		return;
+	if (!isfinite(loss)) { /* one step back, and the start is over */
+		if (c->held)
+			c->base /= c->plateau_gain;
+		c->started = 1;
+		return;
+	}
+	if (c->t >= 2 && (c->best_loss - loss) / c->best_loss >= c->plateau_tol) {
+		c->started = 1;
+		return;
+	}
+	if (loss < c->best_loss)
+		c->best_loss = loss;
+	if (c->t < 2)
+		return;
+	if (c->held == MFS_LR_PLATEAU_MAX) { /* no take-off: the plain schedule from here */
+		c->base = c->lr0;
+		c->started = 1;
+		return;
+	}
+	c->held++;
+	c->base = fmin(c->base * c->plateau_gain, c->lr0 * c->plateau_cap);
 }
 
 double mfs_lr_update(mfs_lr_t *c, double loss)
@@ -51,7 +85,8 @@ double mfs_lr_update(mfs_lr_t *c, double loss)
 	c->t++;
 	switch (c->schedule) {
 	case MFS_LR_DECAY:
-		c->lr = c->lr0 / (1.0 + c->beta * pow((double)c->t, 1.5));
+		plateau_step(c, loss);
+		c->lr = c->base / (1.0 + c->beta * pow((double)(c->t - c->held), 1.5));
 		break;
 	case MFS_LR_BOLD:
 		if (isfinite(loss) && loss < c->best_loss) {

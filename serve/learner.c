@@ -998,6 +998,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	/* the learning-rate controller resumes from the snapshot's rate */
 	mfs_lr_conf_t lc;
 	mfs_lr_conf_from(c, c->serve_lr_schedule, &lc);
+	lc.plateau_gain = 1; /* the start off a plateau is for offline epochs (train), not full passes */
 	mfs_lr_init(&l->lrc, &lc);
 	l->lr_floor = c->serve_lr_floor * c->sgd_lr;
 	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)

@@ -47,6 +47,9 @@ void mfs_lr_conf_from(const mfs_conf_t *c, int schedule, mfs_lr_conf_t *out)
 	out->min = c->lr_min;
 	out->max = c->lr_max;
 	out->patience = (int)c->lr_patience;
+	out->plateau_gain = c->lr_plateau_gain;
+	out->plateau_tol = c->lr_plateau_tol;
+	out->plateau_cap = c->lr_plateau_cap;
 }
 
 void mfs_model_conf_from(const mfs_conf_t *c, mfs_model_conf_t *out)

@@ -39,7 +39,7 @@ static void test_fixed(void)
 static void test_decay(void)
 {
 	mfs_lr_t c;
-	const char *kv[] = {"sgd.lr", "0.1", "lr.beta", "0.3", NULL};
+	const char *kv[] = {"sgd.lr", "0.1", "lr.beta", "0.3", NULL}; /* a falling loss: no plateau start */
 	lr_from(&c, "decay", kv);
 	TEST_ASSERT(c.lr == 0.1); /* before any pass: lr0 */
 	for (uint64_t t = 1; t <= 50; t++) {
@@ -48,16 +48,61 @@ static void test_decay(void)
 		TEST_ASSERT_MSG(got == want, "t=%llu: %.17g vs %.17g", (unsigned long long)t, got, want);
 	}
 	/* beta = 0: the decay schedule is constant */
-	const char *kv0[] = {"sgd.lr", "0.05", "lr.beta", "0", NULL};
+	const char *kv0[] = {"sgd.lr", "0.05", "lr.beta", "0", "lr.plateau_gain", "1", NULL};
 	lr_from(&c, "decay", kv0);
 	TEST_ASSERT(mfs_lr_update(&c, 1) == 0.05 && mfs_lr_update(&c, 1) == 0.05);
+}
+
+/* The start off a plateau: held passes multiply the base and stop the decay clock; the first
+ * pass that beats the best loss by plateau_tol ends it; a loss falling from pass 2 on is the
+ * plain schedule; no take-off in MFS_LR_PLATEAU_MAX held passes gives up; NaN steps back. */
+static void test_plateau_start(void)
+{
+	mfs_lr_t c, plain;
+	const char *kv[] = {"sgd.lr", "0.03", "lr.beta", "0.05", NULL}; /* the defaults: gain 2, tol 0.003, cap 4 */
+	const char *kvp[] = {"sgd.lr", "0.03", "lr.beta", "0.05", "lr.plateau_gain", "1", NULL};
+	lr_from(&c, "decay", kv);
+	lr_from(&plain, "decay", kvp);
+	/* MovieLens-like: -1.2 %, -0.6 %, ... from the second pass: the plain schedule bit for bit */
+	const double ml[] = {0.938, 0.9265, 0.9211, 0.9162, 0.9079, 0.95, 0.94};
+	for (int j = 0; j < 7; j++) {
+		const double a = mfs_lr_update(&c, ml[j]), b = mfs_lr_update(&plain, ml[j]);
+		TEST_ASSERT_MSG(a == b, "pass %d: %.17g vs %.17g", j + 1, a, b);
+		TEST_ASSERT(!mfs_lr_holding(&c));
+	}
+	/* a plateau: 0.695, then within 0.3 % of it (a rise too) for 4 passes, then -4 % */
+	lr_from(&c, "decay", kv);
+	const double pl[] = {0.695, 0.6948, 0.7045, 0.7260, 0.7151, 0.667, 0.64};
+	const double base[] = {0.03, 0.06, 0.12, 0.12, 0.12, 0.12, 0.12}; /* cap 4 x 0.03 */
+	const uint64_t held[] = {0, 1, 2, 3, 4, 4, 4};
+	for (int j = 0; j < 7; j++) {
+		const double got = mfs_lr_update(&c, pl[j]);
+		const double want = base[j] / (1.0 + 0.05 * pow((double)(j + 1) - (double)held[j], 1.5));
+		TEST_ASSERT_MSG(fabs(got - want) < 1e-15, "pass %d: %.17g vs %.17g", j + 1, got, want);
+		TEST_EQ_INT(c.held, held[j]);
+		TEST_EQ_INT(mfs_lr_holding(&c), j >= 1 && j <= 4);
+	}
+	/* no take-off: after MFS_LR_PLATEAU_MAX held passes the plain schedule from there */
+	lr_from(&c, "decay", kv);
+	for (int j = 0; j < 20; j++)
+		mfs_lr_update(&c, 0.7);
+	TEST_EQ_INT(c.held, MFS_LR_PLATEAU_MAX);
+	TEST_ASSERT(!mfs_lr_holding(&c) && c.base == 0.03);
+	TEST_ASSERT(fabs(c.lr - 0.03 / (1.0 + 0.05 * pow(20.0 - MFS_LR_PLATEAU_MAX, 1.5))) < 1e-15);
+	/* a NaN while held: one step back, the start is over */
+	lr_from(&c, "decay", kv);
+	mfs_lr_update(&c, 0.7);
+	mfs_lr_update(&c, 0.7);
+	mfs_lr_update(&c, 0.7); /* base 0.12 */
+	mfs_lr_update(&c, NAN);
+	TEST_ASSERT(c.base == 0.06 && !mfs_lr_holding(&c));
 }
 
 static void test_clamp(void)
 {
 	mfs_lr_t c;
 	/* decay floors at lr.min */
-	const char *kv[] = {"sgd.lr", "0.1", "lr.beta", "1", "lr.min", "0.02", NULL};
+	const char *kv[] = {"sgd.lr", "0.1", "lr.beta", "1", "lr.min", "0.02", "lr.plateau_gain", "1", NULL};
 	lr_from(&c, "decay", kv);
 	for (uint64_t t = 1; t <= 20; t++) {
 		double f = 0.1 / (1.0 + pow((double)t, 1.5));
@@ -141,6 +186,7 @@ int main(void)
 {
 	TEST_RUN(test_fixed);
 	TEST_RUN(test_decay);
+	TEST_RUN(test_plateau_start);
 	TEST_RUN(test_clamp);
 	TEST_RUN(test_bold_patience);
 	TEST_RUN(test_bold_nonfinite_first);
