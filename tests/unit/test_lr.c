@@ -59,7 +59,7 @@ static void test_decay(void)
 static void test_plateau_start(void)
 {
 	mfs_lr_t c, plain;
-	const char *kv[] = {"sgd.lr", "0.03", "lr.beta", "0.05", NULL}; /* the defaults: gain 2, tol 0.003, cap 4 */
+	const char *kv[] = {"sgd.lr", "0.03", "lr.beta", "0.05", "lr.plateau_gain", "2", NULL}; /* tol 0.003, cap 4 */
 	const char *kvp[] = {"sgd.lr", "0.03", "lr.beta", "0.05", "lr.plateau_gain", "1", NULL};
 	lr_from(&c, "decay", kv);
 	lr_from(&plain, "decay", kvp);
