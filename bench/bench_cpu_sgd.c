@@ -28,6 +28,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "bench/bench_planted.h"
 #include "common/timeutil.h"
 #include "config/config.h"
 #include "gpu/engine.h"
@@ -106,81 +107,11 @@ static void parse(int argc, char **argv, struct opts *o)
 		usage();
 }
 
-struct data {
-	uint32_t *u, *i;
-	float *r;
-	size_t n;
-};
-
-static int data_alloc(struct data *d, size_t n)
-{
-	d->n = n;
-	d->u = malloc((n ? n : 1) * sizeof *d->u);
-	d->i = malloc((n ? n : 1) * sizeof *d->i);
-	d->r = malloc((n ? n : 1) * sizeof *d->r);
-	return d->u && d->i && d->r ? 0 : -1;
-}
-
-/* The planted model and the two rating sets drawn from it. Items follow Zipf(s) through an
- * inverse-CDF table (s = 0: uniform). */
+/* The planted model and the two rating sets drawn from it (bench_planted.h). */
 static int generate(const struct opts *o, struct data *tr, struct data *te, double *mean)
 {
-	const size_t nu = (size_t)o->users, ni = (size_t)o->items, R = (size_t)o->rank;
-	mfs_rng_t g;
-	mfs_rng_seed(&g, o->seed);
-	float *P = malloc(nu * R * sizeof *P), *Q = malloc(ni * R * sizeof *Q);
-	float *bu = malloc(nu * sizeof *bu), *bi = malloc(ni * sizeof *bi);
-	double *cdf = o->zipf > 0 ? malloc(ni * sizeof *cdf) : NULL;
-	if (!P || !Q || !bu || !bi || (o->zipf > 0 && !cdf) || data_alloc(tr, (size_t)o->ratings) ||
-	    data_alloc(te, (size_t)o->test))
-		return -1;
-	const double fs = sqrt(0.5 / sqrt((double)R)); /* sd of p.q = 0.5 */
-	for (size_t x = 0; x < nu * R; x++)
-		P[x] = (float)(fs * mfs_rng_normal(&g));
-	for (size_t x = 0; x < ni * R; x++)
-		Q[x] = (float)(fs * mfs_rng_normal(&g));
-	for (size_t x = 0; x < nu; x++)
-		bu[x] = (float)(0.3 * mfs_rng_normal(&g));
-	for (size_t x = 0; x < ni; x++)
-		bi[x] = (float)(0.3 * mfs_rng_normal(&g));
-	if (cdf) {
-		double s = 0;
-		for (size_t x = 0; x < ni; x++)
-			cdf[x] = (s += pow((double)(x + 1), -o->zipf));
-		for (size_t x = 0; x < ni; x++)
-			cdf[x] /= s;
-	}
-	double sum = 0;
-	for (size_t x = 0; x < tr->n + te->n; x++) {
-		uint32_t u = (uint32_t)mfs_rng_below(&g, nu), i;
-		if (cdf) {
-			double y = mfs_rng_uniform(&g);
-			size_t lo = 0, hi = ni - 1;
-			while (lo < hi) {
-				size_t mid = (lo + hi) / 2;
-				if (cdf[mid] < y)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			i = (uint32_t)lo;
-		} else {
-			i = (uint32_t)mfs_rng_below(&g, ni);
-		}
-		double d = 3.5 + bu[u] + bi[i];
-		for (size_t f = 0; f < R; f++)
-			d += (double)P[u * R + f] * Q[i * R + f];
-		d += o->noise * mfs_rng_normal(&g);
-		float r = (float)(d < 1 ? 1 : d > 5 ? 5 : d);
-		struct data *t = x < tr->n ? tr : te;
-		size_t j = x < tr->n ? x : x - tr->n;
-		t->u[j] = u, t->i[j] = i, t->r[j] = r;
-		if (t == tr)
-			sum += r;
-	}
-	*mean = sum / (double)tr->n;
-	free(P), free(Q), free(bu), free(bi), free(cdf);
-	return 0;
+	return planted_sets((size_t)o->users, (size_t)o->items, (size_t)o->rank, (size_t)o->ratings, (size_t)o->test,
+	                    o->zipf, o->noise, o->seed, tr, te, mean);
 }
 
 static void shuffle(struct data *d, mfs_rng_t *g)
