@@ -26,6 +26,32 @@ static inline uint32_t add_item(mfs_model_t *m, mfs_id_t id)
 }
 
 /* A string id borrowing s (NUL-terminated). */
+/* A model (init scale 0.1) with users 0..nu-1 and items 0..ni-1 at rows 0.. in order; NULL on
+ * failure. */
+static inline mfs_model_t *model_with_rows(int k, uint32_t nu, uint32_t ni, uint64_t seed)
+{
+	mfs_model_conf_t mc = {k, 0.1, seed};
+	mfs_model_t *m = NULL;
+	if (mfs_model_init(&mc, &m))
+		return NULL;
+	uint32_t row;
+	for (uint32_t u = 0; u < nu; u++) {
+		mfs_id_t id = mfs_id_u64(u);
+		if (mfs_model_user_row(m, &id, &row) || row != u) {
+			mfs_model_free(m);
+			return NULL;
+		}
+	}
+	for (uint32_t i = 0; i < ni; i++) {
+		mfs_id_t id = mfs_id_u64(i);
+		if (mfs_model_item_row(m, &id, &row) || row != i) {
+			mfs_model_free(m);
+			return NULL;
+		}
+	}
+	return m;
+}
+
 static inline mfs_id_t str_id(const char *s)
 {
 	mfs_id_t id = {MFS_ID_STR, (uint16_t)strlen(s), 0, s};

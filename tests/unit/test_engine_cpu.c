@@ -27,25 +27,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static mfs_model_t *mk_model(int k, uint32_t nu, uint32_t ni, uint64_t seed)
-{
-	mfs_model_conf_t mc = {k, 0.1, seed};
-	mfs_model_t *m = NULL;
-	if (mfs_model_init(&mc, &m))
-		return NULL;
-	uint32_t row;
-	for (uint32_t u = 0; u < nu; u++) {
-		mfs_id_t id = mfs_id_u64(u);
-		if (mfs_model_user_row(m, &id, &row) || row != u)
-			return NULL;
-	}
-	for (uint32_t i = 0; i < ni; i++) {
-		mfs_id_t id = mfs_id_u64(i);
-		if (mfs_model_item_row(m, &id, &row) || row != i)
-			return NULL;
-	}
-	return m;
-}
 
 static mfs_engine_t *open_cpu(mfs_model_t *m, int threads, int det, uint64_t seed)
 {
@@ -182,7 +163,7 @@ static mfs_batch_t test_batch(const struct planted *pl) { return (mfs_batch_t){p
 
 static mfs_model_t *planted_model(const struct planted *pl, int k, uint64_t seed)
 {
-	mfs_model_t *m = mk_model(k, pl->nu, pl->ni, seed);
+	mfs_model_t *m = model_with_rows(k, pl->nu, pl->ni, seed);
 	if (m)
 		mfs_model_observe(m, pl->mean * (double)pl->n, pl->n);
 	return m;
@@ -265,7 +246,7 @@ static void test_step_gradient(void)
 /* One update worked by hand, through the engine (a batch of one rating). */
 static void test_hand_update(void)
 {
-	mfs_model_t *m = mk_model(2, 1, 1, 1);
+	mfs_model_t *m = model_with_rows(2, 1, 1, 1);
 	TEST_ASSERT(m != NULL);
 	mfs_engine_t *e = open_cpu(m, 1, 1, 1);
 	mfs_hparams_t hp = {0.1f, 0.2f, 0.1f, 0.3f, 0.4f, -INFINITY, INFINITY};
@@ -388,7 +369,7 @@ static void test_loss_threads(void)
 /* MFS_ROW_NONE sides and clipping, worked by hand. */
 static void test_loss_none_clip(void)
 {
-	mfs_model_t *m = mk_model(2, 2, 2, 1);
+	mfs_model_t *m = model_with_rows(2, 2, 2, 1);
 	mfs_engine_t *e = open_cpu(m, 2, 0, 1);
 	set_hp(e, 0.01f, 0.05f, 1.0f, 5.0f);
 	m->mu = 3.0;
@@ -446,7 +427,7 @@ static void test_loss_none_clip(void)
 
 static void test_validation(void)
 {
-	mfs_model_t *m = mk_model(8, 10, 5, 2);
+	mfs_model_t *m = model_with_rows(8, 10, 5, 2);
 	mfs_engine_t *e = open_cpu(m, 2, 0, 1);
 	struct snap s0;
 	snap_take(&s0, m);
@@ -498,7 +479,7 @@ static void test_validation(void)
 /* An update whose error is not finite is skipped, so NaN never reaches the factors. */
 static void test_nonfinite_guard(void)
 {
-	mfs_model_t *m = mk_model(16, 3, 3, 3);
+	mfs_model_t *m = model_with_rows(16, 3, 3, 3);
 	mfs_engine_t *e = open_cpu(m, 1, 1, 1);
 	set_hp(e, 0.05f, 0.05f, 1, 5);
 	m->P[0] = INFINITY; /* user 0: p.q is +-inf (or NaN) for any item */
@@ -533,7 +514,7 @@ static void test_nonfinite_guard(void)
 /* Rows added after the engine opened (arrays reallocated) are usable in the next batch. */
 static void test_growth(void)
 {
-	mfs_model_t *m = mk_model(32, 4, 4, 4);
+	mfs_model_t *m = model_with_rows(32, 4, 4, 4);
 	mfs_engine_t *e = open_cpu(m, 2, 0, 1);
 	const float *oldP = m->P;
 	uint32_t row;
@@ -559,7 +540,7 @@ static void test_growth(void)
 static void test_capture(void)
 {
 	const int k = 8;
-	mfs_model_t *m = mk_model(k, 6, 5, 3);
+	mfs_model_t *m = model_with_rows(k, 6, 5, 3);
 	mfs_engine_t *e = open_cpu(m, 2, 0, 1);
 	static const uint32_t ur[] = {5, 0, 5}, ir[] = {4};
 	float du[3 * (1 + 8)], di[1 + 8];
@@ -659,7 +640,7 @@ static void test_convergence(void)
  * the host's own rows on the host engine), memory (a host engine has no device). */
 static void test_streaming_calls(void)
 {
-	mfs_model_t *m = mk_model(8, 10, 10, 3);
+	mfs_model_t *m = model_with_rows(8, 10, 10, 3);
 	TEST_ASSERT(m != NULL);
 	if (!m)
 		return;
@@ -776,7 +757,7 @@ static void test_registry(void)
 	TEST_ASSERT(dflt.clip_min == -INFINITY && dflt.clip_max == INFINITY);
 	mfs_conf_free(&c);
 
-	mfs_model_t *m = mk_model(8, 2, 2, 1);
+	mfs_model_t *m = model_with_rows(8, 2, 2, 1);
 	mfs_engine_t *e = NULL;
 	/* AUTO picks CUDA exactly when a CUDA engine is built in, a device answers and the engine
 	 * can run the model (k a multiple of 32); otherwise the CPU, and engine.kind=cuda without
@@ -787,7 +768,7 @@ static void test_registry(void)
 	TEST_STR_EQ(mfs_engine_name(e), "cpu"); /* k = 8: no CUDA kernel for it */
 	mfs_engine_close(e);
 	e = NULL;
-	mfs_model_t *m32 = mk_model(32, 2, 2, 1);
+	mfs_model_t *m32 = model_with_rows(32, 2, 2, 1);
 	/* the log line of that choice: where no GPU answers it says so plainly, and that the CPU
 	 * engine runs (the CUDA runtime's own text, e.g. "driver version is insufficient" on a
 	 * host without a driver, is only the detail) */

@@ -23,27 +23,15 @@
 #include "gpu/engine.h"
 #include "gpu/shard.h"
 #include "testhelp.h"
+#include "model_help.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
 static mfs_model_t *mk_model(int k, uint32_t nu, uint32_t ni, double mean, uint64_t seed)
 {
-	mfs_model_conf_t mc = {k, 0.1, seed};
-	mfs_model_t *m = NULL;
-	if (mfs_model_init(&mc, &m))
-		return NULL;
-	uint32_t row;
-	for (uint32_t u = 0; u < nu; u++) {
-		mfs_id_t id = mfs_id_u64(u);
-		if (mfs_model_user_row(m, &id, &row) || row != u)
-			return NULL;
-	}
-	for (uint32_t i = 0; i < ni; i++) {
-		mfs_id_t id = mfs_id_u64(i);
-		if (mfs_model_item_row(m, &id, &row) || row != i)
-			return NULL;
-	}
-	mfs_model_observe(m, mean, 1);
+	mfs_model_t *m = model_with_rows(k, nu, ni, seed);
+	if (m)
+		mfs_model_observe(m, mean, 1);
 	return m;
 }
 
