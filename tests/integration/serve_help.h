@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdint.h>
@@ -338,6 +339,31 @@ static int sh_k(void) { return strcmp(sh_engine(), "cpu") ? 32 : 16; }
 static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir, const char *group,
                       const char *logpath, const char *dlq, const char *const *extra)
 {
+	/* Everything the child needs is made here, before fork: this process has threads (the
+	 * mock broker's, librdkafka's), and one of them may hold a lock (stdio's, malloc's) at the
+	 * fork, so the child calls only async-signal-safe functions (open, dup2, execv) until it
+	 * runs mfstream. A freopen there once left a child hung before exec. */
+	char gk[256];
+	snprintf(gk, sizeof gk, "%s", group);
+	const char *argv[80];
+	int n = 0;
+	/* MFS_TEST_ENGINE=cuda runs the same tests on the GPU engine */
+	const char *eng = sh_engine(), *bin = test_bin();
+	char k[16];
+	snprintf(k, sizeof k, "%d", sh_k());
+	const char *base[] = {bin, "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
+	                      "--engine", eng, "--threads", "2", "--k", k, "--serve.snapshot_ms", "100",
+	                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",
+	                      "--metrics.listen", "127.0.0.1:0"};
+	for (size_t j = 0; j < sizeof base / sizeof base[0]; j++)
+		argv[n++] = base[j];
+	if (dlq) {
+		argv[n++] = "--serve.dead_letter_topic";
+		argv[n++] = dlq;
+	}
+	for (int j = 0; extra && extra[j] && n < 78; j++)
+		argv[n++] = extra[j];
+	argv[n] = NULL;
 	fflush(NULL);
 	const pid_t parent = getpid();
 	pid_t pid = fork();
@@ -350,31 +376,13 @@ static pid_t sh_spawn(const char *bootstraps, const char *topic, const char *dir
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
-		FILE *f = freopen(logpath, "a", stderr);
-		(void)f;
-		char gk[256];
-		snprintf(gk, sizeof gk, "%s", group);
-		const char *argv[80];
-		int n = 0;
-		/* MFS_TEST_ENGINE=cuda runs the same tests on the GPU engine */
-		const char *eng = sh_engine();
-		char k[16];
-		snprintf(k, sizeof k, "%d", sh_k());
-		const char *base[] = {test_bin(), "serve", "--brokers", bootstraps, "--topic", topic, "--snapshot", dir,
-		                      "--engine", eng, "--threads", "2", "--k", k, "--serve.snapshot_ms", "100",
-		                      "--serve.batch_size", "512", "--kafka.group.id", gk, "--kafka.session.timeout.ms", "6000",
-		                      "--metrics.listen", "127.0.0.1:0"};
-		for (size_t j = 0; j < sizeof base / sizeof base[0]; j++)
-			argv[n++] = base[j];
-		if (dlq) {
-			argv[n++] = "--serve.dead_letter_topic";
-			argv[n++] = dlq;
-		}
-		for (int j = 0; extra && extra[j] && n < 78; j++)
-			argv[n++] = extra[j];
-		argv[n] = NULL;
-		execv(test_bin(), (char *const *)(uintptr_t)argv);
-		perror("execl");
+		int fd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			dup2(fd, 2); /* dup2's copy does not inherit O_CLOEXEC */
+		execv(bin, (char *const *)(uintptr_t)argv);
+		static const char msg[] = "sh_spawn: execv failed\n";
+		ssize_t w = write(2, msg, sizeof msg - 1);
+		(void)w;
 		_exit(127);
 	}
 	return pid;
@@ -463,6 +471,40 @@ static sh_snap_t sh_wait_events(const char *dir, pid_t pid, uint64_t want, doubl
 			return s;
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid) {
+			*child_died = 1;
+			return s;
+		}
+		struct timespec ts = {0, 50 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Has the child exited? Checked without reaping it (WNOWAIT), so that sh_stop or
+ * sh_wait_exit still reads its status. */
+static int sh_exited(pid_t pid)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid;
+}
+
+/* Poll the snapshot until every partition's stored offset reaches the high watermark in hi
+ * (a drained topic, rejected messages included), or the child exits, or timeout_s (scaled).
+ * @return the last snapshot read; *child_died says whether the child exited (not reaped). */
+static sh_snap_t sh_wait_offsets(const char *dir, pid_t pid, int parts, const int64_t *hi, double timeout_s,
+                                 int *child_died)
+{
+	double end = mfs_now_s() + test_seconds(timeout_s);
+	sh_snap_t s;
+	*child_died = 0;
+	for (;;) {
+		s = sh_read(dir);
+		int all = s.found;
+		for (int p = 0; all && p < parts; p++)
+			all = s.off[p] >= hi[p];
+		if (all || mfs_now_s() > end)
+			return s;
+		if (sh_exited(pid)) {
 			*child_died = 1;
 			return s;
 		}
@@ -670,9 +712,29 @@ static int sh_wait_exit(pid_t pid, double timeout_s)
 	}
 }
 
-/* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). */
+/* Does process pid catch signal sig yet (its SigCgt mask in /proc)? */
+static int sh_catches(pid_t pid, int sig)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	unsigned long long mask = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "SigCgt: %llx", &mask) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (int)(mask >> (sig - 1) & 1);
+}
+
+/* SIGTERM the child and return its exit status (-1: killed by a signal or timeout). A serve
+ * just spawned may not have set its handlers yet (a snapshot can already hold everything a
+ * test waits for): the signal is sent once it catches SIGTERM, or once it has exited. */
 static int sh_stop(pid_t pid, double timeout_s)
 {
+	double end = mfs_now_s() + test_seconds(timeout_s);
+	while (!sh_catches(pid, SIGTERM) && !sh_exited(pid) && mfs_now_s() < end)
+		nanosleep(&(struct timespec){0, 5 * 1000000}, NULL);
 	kill(pid, SIGTERM);
 	return sh_wait_exit(pid, timeout_s);
 }
