@@ -84,7 +84,9 @@ int mfs_cmd_serve(int argc, char **argv)
 	mfs_conf_t c;
 	char *pos[1];
 	int n_pos = 0;
-	if (mfs_cmd_conf("serve", ac, av, NULL, &c, pos, 1, &n_pos))
+	/* serve's --lr is the stream's rate (serve.lr); train's --lr is sgd.lr */
+	static const mfs_conf_alias_t serve_aliases[] = {{"--lr", "serve.lr"}, {NULL, NULL}};
+	if (mfs_cmd_conf("serve", ac, av, serve_aliases, &c, pos, 1, &n_pos))
 		return 2;
 	int ret = 2, rc;
 	char err[1024] = "";

@@ -916,7 +916,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	l->pq_rmse_last = l->win_rmse = l->hold_rmse = l->last_loss = NAN;
 	mfs_preq_init(&l->pq, (uint64_t)c->serve_prequential_window);
 	l->win.cap = (size_t)c->serve_window;
-	mfs_replay_init(&l->rp, c->serve_replay, l->win.cap, (size_t)c->serve_replay_chunk, c->lr_beta,
+	mfs_replay_init(&l->rp, c->serve_replay, l->win.cap, (size_t)c->serve_replay_chunk, c->serve_replay_beta,
 	                (uint64_t)c->model_seed);
 	l->hwin.cap = c->serve_holdout_fraction > 0 ? (size_t)c->serve_holdout_window : 0;
 	pthread_mutex_init(&l->mu, NULL);
@@ -933,6 +933,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	}
 	mfs_model_conf_t mc;
 	mfs_model_conf_from(c, &mc);
+	mc.init_scale = c->serve_init_scale; /* new rows of the stream (train's start: model.init_scale) */
 	if ((rc = mfs_model_init(&mc, &l->m))) {
 		mfs_errf(errstr, es, rc, "model: %s", mfs_strerror(rc));
 		goto fail;
@@ -998,9 +999,10 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	/* the learning-rate controller resumes from the snapshot's rate */
 	mfs_lr_conf_t lc;
 	mfs_lr_conf_from(c, c->serve_lr_schedule, &lc);
+	lc.lr0 = c->serve_lr;   /* the stream's rate, not train's starting one (sgd.lr) */
 	lc.plateau_gain = 1; /* the start off a plateau is for offline epochs (train), not full passes */
 	mfs_lr_init(&l->lrc, &lc);
-	l->lr_floor = c->serve_lr_floor * c->sgd_lr;
+	l->lr_floor = c->serve_lr_floor * c->serve_lr;
 	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)
 		l->lrc.lr = l->loaded.learning_rate;
 	mfs_publisher_conf_t pc = {c->snapshot_dir, (size_t)c->snapshot_map_size, c->snapshot_sync, c->rating_min,

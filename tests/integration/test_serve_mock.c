@@ -287,6 +287,8 @@ static void test_serve_exactly_once(void)
 	TEST_EQ_INT(s.mu_count, n);
 	/* test-then-train RMSE of the last interval: a learning model on ratings in [1, 5] */
 	TEST_ASSERT_MSG(isfinite(s.pq_rmse) && s.pq_rmse > 0.1 && s.pq_rmse < 1.6, "prequential_rmse %g", s.pq_rmse);
+	/* the stream learns at serve.lr (fixed schedule by default), not at train's sgd.lr */
+	TEST_ASSERT_MSG(fabs(s.lr - 0.03) < 1e-6, "learning_rate %g, serve.lr's default 0.03 expected", s.lr);
 	for (int r = 0; r < MFS_REJ__COUNT; r++)
 		TEST_ASSERT_MSG(s.rejected[r] == 1, "rejected/%s = %" PRIu64, mfs_reject_name(r), s.rejected[r]);
 	for (int p = 0; p < N_PARTS; p++) {
@@ -325,11 +327,12 @@ static void test_serve_exactly_once(void)
 	 * them) to resolve users and items on two threads: still every id has its row */
 	char snap2[400];
 	snprintf(snap2, sizeof snap2, "%s/snap-big", v.dir);
-	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", NULL};
+	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", "--lr", "0.05", NULL};
 	pid = sh_spawn(bs, topic, snap2, "mfs-test-serve-3", log, NULL, big);
 	TEST_EQ_INT(sh_wait_exit(pid, 60), 0);
 	s = sh_read(snap2);
 	TEST_EQ_INT(s.events, n);
+	TEST_ASSERT_MSG(fabs(s.lr - 0.05) < 1e-6, "learning_rate %g: serve's --lr is serve.lr (0.05)", s.lr);
 	h = NULL;
 	TEST_OK(mfs_snap_open(snap2, &h, e, sizeof e));
 	if (h) {

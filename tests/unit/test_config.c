@@ -54,7 +54,13 @@ static void test_errors_name_key_and_range(void)
 	TEST_EQ_INT(mfs_conf_set(&c, "kafka.", "x", errstr, sizeof errstr), MFS_ECONFIG);
 	/* the failed sets changed nothing */
 	TEST_EQ_INT(c.model_k, 128);
-	TEST_NEAR(c.sgd_lr, 0.03, 0);
+	TEST_NEAR(c.sgd_lr, 0.1, 0);
+	/* train's start and the stream's own rates (docs/ENGINE.md; docs/STREAMING.md) */
+	TEST_NEAR(c.lr_beta, 0.3, 0);
+	TEST_NEAR(c.model_init_scale, 0.02, 0);
+	TEST_NEAR(c.serve_lr, 0.03, 0);
+	TEST_NEAR(c.serve_replay_beta, 0.05, 0);
+	TEST_NEAR(c.serve_init_scale, 0.1, 0);
 	mfs_conf_free(&c);
 }
 
