@@ -75,7 +75,7 @@ typedef struct mfs_engine_conf {
 
 /** What an engine uses until mfs_engine_set_hparams: the configuration table's sgd.* defaults
  *  (tests/unit/test_engine_cpu.c checks that they agree) and no clipping. */
-#define MFS_HPARAMS_DEFAULT {0.03f, 0.04f, 0.04f, 0.02f, 0.02f, -INFINITY, INFINITY}
+#define MFS_HPARAMS_DEFAULT {0.1f, 0.04f, 0.04f, 0.02f, 0.02f, -INFINITY, INFINITY}
 
 /** Open an engine on model m. AUTO picks CUDA when compiled in and a device answers, else CPU.
  *  @return 0, MFS_ENODEV (kind not available), MFS_EINVAL, ENOMEM, MFS_EGPU. */

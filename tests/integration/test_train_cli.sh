@@ -103,7 +103,8 @@ awk -v a="$(grep -E '^ +5 ' "$tmp/order2" | awk '{ print $8 }')" -v b="$(sed -n 
 
 # validation: early stopping on it, and the model kept is the best epoch's: training the same
 # split for exactly that many epochs gives the same test score
-v=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --engine cpu --deterministic \
+# (a rate that decays slowly, so that the small set overfits and the validation RMSE turns)
+v=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --lr.beta 0.05 --engine cpu --deterministic \
 	--train.validation_fraction 0.1 --train.patience 3 2>/dev/null) || fail "train with validation failed"
 echo "$v" | grep -q "early stop: validation RMSE has not improved for 3 epochs" || fail "no early stop: $v"
 best=$(echo "$v" | sed -n 's/.*(the model of epoch \([0-9]*\)).*/\1/p')
@@ -113,11 +114,11 @@ vbest=$(echo "$v" | sed -n 's/.*validation RMSE \([0-9.]*\) (the model.*/\1/p')
 last=$(echo "$v" | grep -E '^ +[0-9]+ ' | tail -1 | awk '{ print $1 }')
 [ "$best" -lt "$last" ] || fail "the best epoch $best is the last one ($last): nothing to select"
 t1=$(echo "$v" | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
-t2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs "$best" --lr 0.1 --engine cpu --deterministic \
+t2=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs "$best" --lr 0.1 --lr.beta 0.05 --engine cpu --deterministic \
 	--train.validation_fraction 0.1 --train.patience 0 2>/dev/null | sed -n 's/.*test RMSE \([0-9.]*\).*/\1/p')
 [ -n "$t1" ] && [ "$t1" = "$t2" ] || fail "the model kept scores $t1 on the test, epoch $best's model $t2"
 # with the trace on, the same early stop and the same model kept: the test column steers nothing
-vt=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --engine cpu --deterministic \
+vt=$("$bin" train --input "$tmp/r.tsv" --k 16 --epochs 40 --lr 0.1 --lr.beta 0.05 --engine cpu --deterministic \
 	--train.validation_fraction 0.1 --train.patience 3 --train.trace_test 1 2>/dev/null) || fail "traced validation run"
 [ "$(echo "$vt" | grep -E '^(test|early)|the model of epoch')" != "" ] &&
 	[ "$(echo "$vt" | grep -E '^(test|early)'; echo "$vt" | grep -o 'validation RMSE.*')" = \
