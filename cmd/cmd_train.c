@@ -114,13 +114,19 @@ static void free_saved(saved_model_t *s)
 
 /* RMSE/MAE of ratings r against the host model (a CPU engine over m's own arrays, so the score
  * is the same whatever engine trained it). */
-static int score_host(mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, char *err, size_t es)
+static int score_host(const mfs_conf_t *c, mfs_model_t *m, const mfs_ratings_t *r, mfs_loss_t *out, char *err,
+                      size_t es)
 {
 	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .seed = 1};
 	mfs_engine_t *e = NULL;
 	mfs_resident_t *res = NULL;
 	mfs_batch_t b = mfs_ratings_batch(r);
+	/* predictions clipped to [rating.min, rating.max], as the epochs' scores and serving's */
+	mfs_hparams_t hp;
+	mfs_hparams_from(c, c->sgd_lr, &hp);
 	int rc = mfs_engine_open(&ec, m, &e, err, es);
+	if (!rc)
+		rc = mfs_engine_set_hparams(e, &hp);
 	if (!rc && !(rc = mfs_engine_resident_load(e, &b, &res)))
 		rc = mfs_engine_loss_resident(e, res, out);
 	if (e)
@@ -477,7 +483,7 @@ int mfs_cmd_train(int argc, char **argv)
 	}
 	if (test.n) {
 		mfs_loss_t ls;
-		if ((rc = score_host(m, &test, &ls, err, sizeof err))) {
+		if ((rc = score_host(&c, m, &test, &ls, err, sizeof err))) {
 			fprintf(stderr, "mfstream train: test: %s\n", *err ? err : mfs_strerror(rc));
 			goto out;
 		}
