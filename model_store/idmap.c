@@ -137,30 +137,64 @@ static uint32_t table_find(const mfs_idmap_t *m, const struct table *t, uint64_t
 }
 
 /* The id must not be in t (a lookup came first): the first empty or dead slot of its chain. */
-static void table_put(struct table *t, uint64_t h, uint32_t row, const mfs_id_t *id)
+/* Put a slot's contents (row + 1, kind, key: see struct slot) at h's first free place. */
+static void table_put_slot(struct table *t, uint64_t h, uint32_t row1, uint32_t kind, uint64_t key)
 {
 	size_t i = h & t->mask;
 	while (t->s[i].row1 && t->s[i].row1 != TOMB)
 		i = (i + 1) & t->mask;
 	if (t->s[i].row1 == TOMB)
 		t->tombs--;
-	t->s[i].row1 = row + 1;
-	t->s[i].kind = id->kind;
-	t->s[i].key = slot_key(id, h);
+	t->s[i].row1 = row1;
+	t->s[i].kind = kind;
+	t->s[i].key = key;
 }
 
-/* Copy up to `steps` old slots into the new table; free the old one when drained. */
+static void table_put(struct table *t, uint64_t h, uint32_t row, const mfs_id_t *id)
+{
+	table_put_slot(t, h, row + 1, id->kind, slot_key(id, h));
+}
+
+/* The hash of the id an occupied slot holds, from the slot alone: a u64 slot keeps the value
+ * (hashed again), a string slot the hash itself. Copying a slot then reads no keys[] entry
+ * (a random read per live slot, when the rehash runs inside every insert). */
+static inline uint64_t slot_hash(const struct slot *s)
+{
+	if (s->kind == MFS_ID_STR)
+		return s->key;
+	const mfs_id_t id = {.kind = MFS_ID_U64, .num = s->key};
+	return id_hash(&id);
+}
+
+/* Copy up to `steps` old slots into the new table; free the old one when drained. The
+ * destinations are random: their lines are prefetched for a group of slots before the group
+ * is written. */
 static void migrate(mfs_idmap_t *m, size_t steps)
 {
 	if (!m->old.s)
 		return;
-	size_t end = m->old.mask + 1;
-	for (; steps && m->migrate_pos < end; steps--, m->migrate_pos++) {
+	const size_t end = m->old.mask + 1;
+	enum { GROUP = 8 };
+	while (steps && m->migrate_pos < end) {
+		size_t n = end - m->migrate_pos;
+		if (n > steps)
+			n = steps;
+		if (n > GROUP)
+			n = GROUP;
 		const struct slot *s = &m->old.s[m->migrate_pos];
-		if (s->row1 && s->row1 != TOMB) {
-			mfs_id_t id = mfs_idmap_key(m, s->row1 - 1);
-			table_put(&m->t, s->kind == MFS_ID_STR ? s->key : id_hash(&id), s->row1 - 1, &id);
-		}
+		uint64_t h[GROUP];
+		for (size_t j = 0; j < n; j++)
+			if (s[j].row1 && s[j].row1 != TOMB) {
+				h[j] = slot_hash(&s[j]);
+#if defined(__GNUC__)
+				__builtin_prefetch(&m->t.s[h[j] & m->t.mask], 1);
+#endif
+			}
+		for (size_t j = 0; j < n; j++)
+			if (s[j].row1 && s[j].row1 != TOMB)
+				table_put_slot(&m->t, h[j], s[j].row1, s[j].kind, s[j].key);
+		m->migrate_pos += n;
+		steps -= n;
 	}
 	if (m->migrate_pos == end) {
 		table_free(&m->old);
