@@ -255,6 +255,8 @@ void mfs_idmap_prefetch(const mfs_idmap_t *m, uint64_t h)
 {
 #if defined(__GNUC__)
 	__builtin_prefetch(&m->t.s[h & m->t.mask]);
+	if (m->old.s) /* a miss in the new table is looked for in the draining one too */
+		__builtin_prefetch(&m->old.s[h & m->old.mask]);
 #else
 	(void)m;
 	(void)h;
