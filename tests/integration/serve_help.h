@@ -458,27 +458,6 @@ static sh_snap_t sh_read(const char *dir)
 	return s;
 }
 
-/* Poll the snapshot until events_applied >= want (or the child dies, or timeout_s, scaled by
- * test_seconds). */
-static sh_snap_t sh_wait_events(const char *dir, pid_t pid, uint64_t want, double timeout_s, int *child_died)
-{
-	double end = mfs_now_s() + test_seconds(timeout_s);
-	sh_snap_t s;
-	*child_died = 0;
-	for (;;) {
-		s = sh_read(dir);
-		if ((s.found && s.events >= want) || mfs_now_s() > end)
-			return s;
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			*child_died = 1;
-			return s;
-		}
-		struct timespec ts = {0, 50 * 1000000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 /* Has the child exited? Checked without reaping it (WNOWAIT), so that sh_stop or
  * sh_wait_exit still reads its status. */
 static int sh_exited(pid_t pid)
@@ -488,29 +467,56 @@ static int sh_exited(pid_t pid)
 	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid;
 }
 
-/* Poll the snapshot until every partition's stored offset reaches the high watermark in hi
- * (a drained topic, rejected messages included), or the child exits, or timeout_s (scaled).
- * @return the last snapshot read; *child_died says whether the child exited (not reaped). */
-static sh_snap_t sh_wait_offsets(const char *dir, pid_t pid, int parts, const int64_t *hi, double timeout_s,
-                                 int *child_died)
+/* Poll the snapshot in dir until done(snapshot, arg), or the child exits (*child_died = 1; not
+ * reaped), or timeout_s (scaled by test_seconds). @return the last snapshot read. */
+typedef int (*sh_snap_pred_t)(const sh_snap_t *s, const void *arg);
+static sh_snap_t sh_wait_snap(const char *dir, pid_t pid, sh_snap_pred_t done, const void *arg, double timeout_s,
+                              int *child_died)
 {
 	double end = mfs_now_s() + test_seconds(timeout_s);
 	sh_snap_t s;
 	*child_died = 0;
 	for (;;) {
 		s = sh_read(dir);
-		int all = s.found;
-		for (int p = 0; all && p < parts; p++)
-			all = s.off[p] >= hi[p];
-		if (all || mfs_now_s() > end)
+		if ((s.found && done(&s, arg)) || mfs_now_s() > end)
 			return s;
 		if (sh_exited(pid)) {
 			*child_died = 1;
 			return s;
 		}
-		struct timespec ts = {0, 50 * 1000000};
-		nanosleep(&ts, NULL);
+		nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
 	}
+}
+
+static int sh_has_events(const sh_snap_t *s, const void *want) { return s->events >= *(const uint64_t *)want; }
+
+/* Poll the snapshot until events_applied >= want (as sh_wait_snap). */
+static sh_snap_t sh_wait_events(const char *dir, pid_t pid, uint64_t want, double timeout_s, int *child_died)
+{
+	return sh_wait_snap(dir, pid, sh_has_events, &want, timeout_s, child_died);
+}
+
+typedef struct sh_ends {
+	int parts;
+	const int64_t *hi;
+} sh_ends_t;
+
+static int sh_at_ends(const sh_snap_t *s, const void *arg)
+{
+	const sh_ends_t *e = arg;
+	for (int p = 0; p < e->parts; p++)
+		if (s->off[p] < e->hi[p])
+			return 0;
+	return 1;
+}
+
+/* Poll the snapshot until every partition's stored offset reaches the high watermark in hi
+ * (a drained topic, rejected messages included), as sh_wait_snap. */
+static sh_snap_t sh_wait_offsets(const char *dir, pid_t pid, int parts, const int64_t *hi, double timeout_s,
+                                 int *child_died)
+{
+	const sh_ends_t e = {parts, hi};
+	return sh_wait_snap(dir, pid, sh_at_ends, &e, timeout_s, child_died);
 }
 
 /* What every message of a topic holds: valid events, their digest sum and rating sum, by
