@@ -932,8 +932,7 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	mfs_model_conf_t mc;
-	mfs_model_conf_from(c, &mc);
-	mc.init_scale = c->serve_init_scale; /* new rows of the stream (train's start: model.init_scale) */
+	mfs_model_conf_stream(c, &mc);
 	if ((rc = mfs_model_init(&mc, &l->m))) {
 		mfs_errf(errstr, es, rc, "model: %s", mfs_strerror(rc));
 		goto fail;
@@ -998,11 +997,9 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 	}
 	/* the learning-rate controller resumes from the snapshot's rate */
 	mfs_lr_conf_t lc;
-	mfs_lr_conf_from(c, c->serve_lr_schedule, &lc);
-	lc.lr0 = c->serve_lr;   /* the stream's rate, not train's starting one (sgd.lr) */
-	lc.plateau_gain = 1; /* the start off a plateau is for offline epochs (train), not full passes */
+	mfs_lr_conf_stream(c, &lc);
 	mfs_lr_init(&l->lrc, &lc);
-	l->lr_floor = c->serve_lr_floor * c->serve_lr;
+	l->lr_floor = c->serve_lr_floor * lc.lr0;
 	if (isfinite(l->loaded.learning_rate) && l->loaded.learning_rate > 0 && c->serve_lr_schedule != MFS_LR_FIXED)
 		l->lrc.lr = l->loaded.learning_rate;
 	mfs_publisher_conf_t pc = {c->snapshot_dir, (size_t)c->snapshot_map_size, c->snapshot_sync, c->rating_min,

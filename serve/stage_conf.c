@@ -58,3 +58,16 @@ void mfs_model_conf_from(const mfs_conf_t *c, mfs_model_conf_t *out)
 	out->init_scale = c->model_init_scale;
 	out->seed = (uint64_t)c->model_seed;
 }
+
+void mfs_lr_conf_stream(const mfs_conf_t *c, mfs_lr_conf_t *out)
+{
+	mfs_lr_conf_from(c, c->serve_lr_schedule, out);
+	out->lr0 = c->serve_lr;
+	out->plateau_gain = 1;
+}
+
+void mfs_model_conf_stream(const mfs_conf_t *c, mfs_model_conf_t *out)
+{
+	mfs_model_conf_from(c, out);
+	out->init_scale = c->serve_init_scale;
+}

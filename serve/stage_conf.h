@@ -22,5 +22,10 @@ void mfs_hparams_from(const mfs_conf_t *c, double lr, mfs_hparams_t *out);
 void mfs_lr_conf_from(const mfs_conf_t *c, int schedule, mfs_lr_conf_t *out);
 /** model.k, model.init_scale, model.seed. */
 void mfs_model_conf_from(const mfs_conf_t *c, mfs_model_conf_t *out);
+/** The stream's (serve) controller: serve.lr_schedule from serve.lr (not train's sgd.lr), the
+ *  other lr.* keys as mfs_lr_conf_from, no start off a plateau (that is for offline epochs). */
+void mfs_lr_conf_stream(const mfs_conf_t *c, mfs_lr_conf_t *out);
+/** The stream's model: as mfs_model_conf_from, new rows drawn with serve.init_scale. */
+void mfs_model_conf_stream(const mfs_conf_t *c, mfs_model_conf_t *out);
 
 #endif
