@@ -136,8 +136,8 @@ static uint32_t table_find(const mfs_idmap_t *m, const struct table *t, uint64_t
 	}
 }
 
-/* The id must not be in t (a lookup came first): the first empty or dead slot of its chain. */
-/* Put a slot's contents (row + 1, kind, key: see struct slot) at h's first free place. */
+/* Put a slot's contents (row + 1, kind, key: see struct slot) at the first empty or dead slot
+ * of h's chain. The id must not be in t (a lookup came first). */
 static void table_put_slot(struct table *t, uint64_t h, uint32_t row1, uint32_t kind, uint64_t key)
 {
 	size_t i = h & t->mask;
