@@ -3,7 +3,7 @@
  * table and appends CSV.
  *
  *   bench_snapshot [--rows 10000,100000,1000000] [--table 2000000] [--k 128] [--reps 5]
- *                  [--sync full,meta,none] [--dir DIR] [--csv FILE]
+ *                  [--sync full,meta,none] [--path direct,staged] [--dir DIR] [--csv FILE]
  *
  * Touched rows are spread over the table (a stride, like a real stream's); half users, half
  * items. The first publish of a fresh environment writes every row (the base), then each rep
@@ -13,6 +13,10 @@
  * learner spends per snapshot with the CPU engine (the ids, then the engine's copy of the
  * values); with the CUDA engine the learner stages only the ids and the writer thread
  * converts the values (mfs_engine_capture). The rest runs on the writer thread.
+ * --path: direct publishes from the model (mfs_snap_publish, as `train` does, rows in key
+ * order); staged publishes the stage (mfs_snap_publish_stage, as `serve`'s writer thread does),
+ * the touched rows named in a shuffled order as a stream names them (by first touch), so the
+ * writer sorts them and reads their values out of order. median_s is the publish alone.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -34,7 +38,7 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	const char *rows_s = "10000,100000,1000000", *sync_s = "full,none", *dir = NULL, *csv = NULL;
+	const char *rows_s = "10000,100000,1000000", *sync_s = "full,none", *path_s = "direct", *dir = NULL, *csv = NULL;
 	long table = 2000000, k = 128, reps = 5;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--rows"))
@@ -51,10 +55,12 @@ int main(int argc, char **argv)
 			csv = argv[i + 1];
 		else if (!strcmp(argv[i], "--sync"))
 			sync_s = argv[i + 1];
+		else if (!strcmp(argv[i], "--path"))
+			path_s = argv[i + 1];
 	}
 	if (!dir) {
 		fprintf(stderr, "usage: bench_snapshot --dir DIR [--rows LIST] [--table T] [--k K] [--reps N] [--sync LIST]\n"
-		                "                      [--csv F]\n");
+		                "                      [--path direct,staged] [--csv F]\n");
 		return 2;
 	}
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -73,7 +79,8 @@ int main(int argc, char **argv)
 	fprintf(stderr, "model: %ld users + %ld items, k=%ld, built in %.1f s\n", table, table, k, mfs_now_s() - t0);
 	FILE *f = csv ? fopen(csv, "a") : NULL;
 	if (f && ftell(f) == 0)
-		fprintf(f, "sync,rows,k,table_rows,median_s,min_s,rows_per_s,mb_per_s,base_s,stage_median_s\n");
+		fprintf(f, "sync,rows,k,table_rows,median_s,min_s,rows_per_s,mb_per_s,base_s,stage_median_s,path,prepare_s,"
+		           "reserve_s,rows_s,rated_s,commit_s\n");
 	static const char *const modes[] = {"full", "meta", "none"};
 	mkdir(dir, 0755); /* each mode's environment is a subdirectory */
 	char *sync_save = strdup(sync_s), *sp = NULL;
@@ -102,55 +109,88 @@ int main(int argc, char **argv)
 		double base_s = mfs_now_s() - t0;
 		printf("\nsnapshot.sync=%s: base snapshot (every row, %ld rows): %.2f s (%.2f M rows/s)\n", stok, 2 * table,
 		       base_s, 2.0 * (double)table / base_s / 1e6);
-		printf("%6s %10s %6s %10s %10s %12s %10s %10s\n", "sync", "rows", "k", "median_s", "min_s", "M_rows/s", "MB/s",
-		       "stage_s");
+		printf("%6s %7s %10s %6s %10s %10s %12s %10s %10s\n", "sync", "path", "rows", "k", "median_s", "min_s",
+		       "M_rows/s", "MB/s", "stage_s");
 		mfs_snap_stage_t *stg = mfs_snap_stage_new();
-		char *save = strdup(rows_s), *rp = NULL;
-		for (char *tok = strtok_r(save, ",", &rp); tok; tok = strtok_r(NULL, ",", &rp)) {
-			long R = atol(tok);
-			size_t nu = (size_t)(R / 2), ni = (size_t)(R - R / 2);
-			uint32_t *ur = malloc(nu * sizeof *ur), *ir = malloc(ni * sizeof *ir);
-			double *ts = malloc((size_t)reps * sizeof *ts), *tg = malloc((size_t)reps * sizeof *tg);
-			for (long rep = 0; rep < reps; rep++) {
-				/* a different spread of rows each rep; factors perturbed so every value changes */
-				for (size_t j = 0; j < nu; j++)
-					ur[j] = (uint32_t)((j * (size_t)table / nu + (size_t)rep) % (size_t)table);
-				for (size_t j = 0; j < ni; j++)
-					ir[j] = (uint32_t)((j * (size_t)table / ni + (size_t)rep * 3) % (size_t)table);
-				for (size_t j = 0; j < nu; j++)
-					m->P[(size_t)ur[j] * (size_t)k] += 1e-3f;
-				mfs_snap_info_t in = base;
-				in.user_rows = ur;
-				in.n_user_rows = nu;
-				in.item_rows = ir;
-				in.n_item_rows = ni;
-				t0 = mfs_now_s();
-				if (mfs_snap_stage_fill(stg, m, &in, e, sizeof e)) {
-					fprintf(stderr, "%s\n", e);
-					return 1;
-				}
-				tg[rep] = mfs_now_s() - t0;
-				t0 = mfs_now_s();
-				if (mfs_snap_publish(w, m, &in, NULL, e, sizeof e)) {
-					fprintf(stderr, "%s\n", e);
-					return 1;
-				}
-				ts[rep] = mfs_now_s() - t0;
+		char *psave = strdup(path_s), *pp = NULL;
+		for (char *ptok = strtok_r(psave, ",", &pp); ptok; ptok = strtok_r(NULL, ",", &pp)) {
+			const int staged = !strcmp(ptok, "staged");
+			if (!staged && strcmp(ptok, "direct")) {
+				fprintf(stderr, "bench_snapshot: unknown path %s (direct|staged)\n", ptok);
+				return 2;
 			}
-			qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
-			qsort(tg, (size_t)reps, sizeof *tg, cmp_d);
-			double med = ts[reps / 2], mb = (double)R * (double)(k + 1) * 4.0 / 1e6;
-			printf("%6s %10ld %6ld %10.4f %10.4f %12.2f %10.0f %10.4f\n", stok, R, k, med, ts[0],
-			       (double)R / med / 1e6, mb / med, tg[reps / 2]);
-			if (f)
-				fprintf(f, "%s,%ld,%ld,%ld,%.5f,%.5f,%.0f,%.1f,%.3f,%.5f\n", stok, R, k, 2 * table, med, ts[0],
-				        (double)R / med, mb / med, base_s, tg[reps / 2]);
-			free(ur);
-			free(ir);
-			free(ts);
-			free(tg);
+			char *save = strdup(rows_s), *rp = NULL;
+			for (char *tok = strtok_r(save, ",", &rp); tok; tok = strtok_r(NULL, ",", &rp)) {
+				long R = atol(tok);
+				size_t nu = (size_t)(R / 2), ni = (size_t)(R - R / 2);
+				uint32_t *ur = malloc(nu * sizeof *ur), *ir = malloc(ni * sizeof *ir);
+				double *ts = malloc((size_t)reps * sizeof *ts), *tg = malloc((size_t)reps * sizeof *tg);
+				double ph0[MFS_SNAP_PH__COUNT], ph1[MFS_SNAP_PH__COUNT]; /* the writer's phases, over the reps */
+				mfs_snap_writer_phases(w, ph0);
+				for (long rep = 0; rep < reps; rep++) {
+					/* a different spread of rows each rep; factors perturbed so every value changes */
+					for (size_t j = 0; j < nu; j++)
+						ur[j] = (uint32_t)((j * (size_t)table / nu + (size_t)rep) % (size_t)table);
+					for (size_t j = 0; j < ni; j++)
+						ir[j] = (uint32_t)((j * (size_t)table / ni + (size_t)rep * 3) % (size_t)table);
+					for (size_t j = 0; j < nu; j++)
+						m->P[(size_t)ur[j] * (size_t)k] += 1e-3f;
+					if (staged) { /* named by first touch, not by key */
+						uint64_t x = 0x9E3779B97F4A7C15ull + (uint64_t)rep;
+						for (size_t j = nu; j > 1; j--) {
+							x = x * 6364136223846793005ull + 1442695040888963407ull;
+							size_t o = (size_t)((x >> 33) % j);
+							uint32_t t = ur[j - 1];
+							ur[j - 1] = ur[o], ur[o] = t;
+						}
+						for (size_t j = ni; j > 1; j--) {
+							x = x * 6364136223846793005ull + 1442695040888963407ull;
+							size_t o = (size_t)((x >> 33) % j);
+							uint32_t t = ir[j - 1];
+							ir[j - 1] = ir[o], ir[o] = t;
+						}
+					}
+					mfs_snap_info_t in = base;
+					in.user_rows = ur;
+					in.n_user_rows = nu;
+					in.item_rows = ir;
+					in.n_item_rows = ni;
+					t0 = mfs_now_s();
+					if (mfs_snap_stage_fill(stg, m, &in, e, sizeof e)) {
+						fprintf(stderr, "%s\n", e);
+						return 1;
+					}
+					tg[rep] = mfs_now_s() - t0;
+					t0 = mfs_now_s();
+					if (staged ? mfs_snap_publish_stage(w, stg, &in, NULL, e, sizeof e)
+					           : mfs_snap_publish(w, m, &in, NULL, e, sizeof e)) {
+						fprintf(stderr, "%s\n", e);
+						return 1;
+					}
+					ts[rep] = mfs_now_s() - t0;
+				}
+				mfs_snap_writer_phases(w, ph1);
+				for (int x = 0; x < MFS_SNAP_PH__COUNT; x++)
+					ph1[x] = (ph1[x] - ph0[x]) / (double)reps;
+				qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+				qsort(tg, (size_t)reps, sizeof *tg, cmp_d);
+				double med = ts[reps / 2], mb = (double)R * (double)(k + 1) * 4.0 / 1e6;
+				printf("%6s %7s %10ld %6ld %10.4f %10.4f %12.2f %10.0f %10.4f   (mean s: prepare %.3f reserve %.3f "
+				       "rows %.3f rated %.3f commit %.3f)\n",
+				       stok, ptok, R, k, med, ts[0], (double)R / med / 1e6, mb / med, tg[reps / 2], ph1[0], ph1[1],
+				       ph1[2], ph1[3], ph1[4]);
+				if (f)
+					fprintf(f, "%s,%ld,%ld,%ld,%.5f,%.5f,%.0f,%.1f,%.3f,%.5f,%s,%.5f,%.5f,%.5f,%.5f,%.5f\n", stok, R, k,
+					        2 * table, med, ts[0], (double)R / med, mb / med, base_s, tg[reps / 2], ptok, ph1[0],
+					        ph1[1], ph1[2], ph1[3], ph1[4]);
+				free(ur);
+				free(ir);
+				free(ts);
+				free(tg);
+			}
+			free(save);
 		}
-		free(save);
+		free(psave);
 		mfs_snap_stage_free(stg);
 		mfs_snap_writer_close(w);
 	}

@@ -564,12 +564,22 @@ static int job_finish(mfs_learner_t *l, int wait, int sync_commit)
 		if (l->cat)
 			mfs_histogram_observe(l->cat->event_to_snapshot, (double)(d < 0 ? 0 : d) / 1000.0);
 	}
-	if (l->cat)
+	if (l->cat) {
 		mfs_histogram_observe(l->cat->snapshot_duration, j->t1 - j->t0);
+		/* capture, the writer's phases in their order, trim (catalog.def) */
+		mfs_gauge_add(l->cat->snapshot_seconds_at[0], j->capture_s);
+		for (int x = 0; x < MFS_SNAP_PH__COUNT; x++)
+			mfs_gauge_add(l->cat->snapshot_seconds_at[x + 1], j->phase_s[x]);
+		mfs_gauge_add(l->cat->snapshot_seconds_at[MFS_SNAP_PH__COUNT + 1], j->trim_s);
+	}
 	j->n_pend = 0;
 	l->snapshots++;
 	mfs_debug("serve", "msg=snapshot why=%s seq=%" PRIu64 " users=%zu items=%zu events_applied=%" PRIu64
-	          " seconds=%.4f", j->why, j->seq, j->users, j->items, j->events_applied, j->t1 - j->t0);
+	          " seconds=%.4f capture_s=%.4f prepare_s=%.4f reserve_s=%.4f rows_s=%.4f rated_s=%.4f commit_s=%.4f"
+	          " trim_s=%.4f",
+	          j->why, j->seq, j->users, j->items, j->events_applied, j->t1 - j->t0, j->capture_s,
+	          j->phase_s[MFS_SNAP_PH_PREPARE], j->phase_s[MFS_SNAP_PH_RESERVE], j->phase_s[MFS_SNAP_PH_ROWS],
+	          j->phase_s[MFS_SNAP_PH_RATED], j->phase_s[MFS_SNAP_PH_COMMIT], j->trim_s);
 	commit_offsets(l, j, sync_commit);
 	pthread_mutex_lock(&l->st_mu);
 	l->st.snap_seq = j->seq;

@@ -68,20 +68,29 @@ static void *publisher_main(void *arg)
 		if (p->conf.publish_delay_ms > 0)
 			mfs_sleep_ms(p->conf.publish_delay_ms);
 		/* the rows' values: a device engine's copy to the host ends here (mfs_engine_capture) */
+		const double tw = mfs_now_s();
 		int crc = mfs_engine_capture_wait(p->e);
 		j->t0 = mfs_now_s();
+		j->capture_s = j->t0 - tw;
+		double ph0[MFS_SNAP_PH__COUNT], ph1[MFS_SNAP_PH__COUNT];
+		mfs_snap_writer_phases(p->w, ph0);
 		if (crc)
 			j->rc = mfs_errf(j->err, sizeof j->err, crc, "engine capture: %s", mfs_strerror(crc));
 		else
 			j->rc = mfs_snap_publish_stage(p->w, j->stage, &info, &j->seq, j->err, sizeof j->err);
 		j->t1 = mfs_now_s();
 		j->commit_ms = mfs_wall_ms();
+		mfs_snap_writer_phases(p->w, ph1);
+		for (int x = 0; x < MFS_SNAP_PH__COUNT; x++)
+			j->phase_s[x] = ph1[x] - ph0[x];
 #ifdef __GLIBC__
 		/* give the heap's free pages back: a publish frees a snapshot's worth of LMDB dirty
 		 * pages and the batches' messages in many small blocks, which glibc otherwise keeps
 		 * (under an id flood the process grew ~1 MiB/s without this, flat with it; off the
 		 * learner's path, on this thread) */
+		const double tt = mfs_now_s();
 		malloc_trim(0);
+		j->trim_s = mfs_now_s() - tt;
 #endif
 		pthread_mutex_lock(&p->mu);
 		p->state = JOB_DONE;

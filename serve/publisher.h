@@ -37,6 +37,9 @@ typedef struct mfs_pubjob {
 	char err[512];
 	uint64_t seq;
 	double t0, t1;     /* mfs_now_s() around the publish */
+	double capture_s;  /* waiting for the engine's copy of the values (mfs_engine_capture_wait) */
+	double phase_s[MFS_SNAP_PH__COUNT]; /* the publish's seconds by phase (mfs_snap_writer_phases) */
+	double trim_s;     /* giving free heap pages back after the publish (malloc_trim) */
 	int64_t commit_ms; /* wall time of the commit */
 } mfs_pubjob_t;
 

@@ -94,6 +94,17 @@ static inline void mfs_snap_put_f32(unsigned char *p, float f)
 	mfs_snap_put_u32(p, v);
 }
 
+/* n floats, little-endian: one copy on a little-endian host. */
+static inline void mfs_snap_put_f32s(unsigned char *p, const float *f, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(p, f, n * 4);
+#else
+	for (size_t j = 0; j < n; j++)
+		mfs_snap_put_f32(p + 4 * j, f[j]);
+#endif
+}
+
 static inline float mfs_snap_get_f32(const unsigned char *p)
 {
 	uint32_t v = mfs_snap_get_u32(p);

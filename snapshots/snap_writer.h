@@ -121,4 +121,14 @@ float *mfs_snap_stage_values(mfs_snap_stage_t *s, int side, size_t *n);
 int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *s, const mfs_snap_info_t *info,
                            uint64_t *seq, char *errstr, size_t errstr_size);
 
+/** Where a writer's publishes spend their time, cumulative seconds since it opened, by phase:
+ *  prepare (encode rated lists, check values, sort by key), reserve (disk blocks and map size
+ *  ahead of the txn), rows (the users' and items' rows and last-seen times, deletes included),
+ *  rated (users' rated lists), commit (mdb_txn_commit). What metrics call
+ *  mfstream_snapshot_seconds{phase}. */
+enum { MFS_SNAP_PH_PREPARE, MFS_SNAP_PH_RESERVE, MFS_SNAP_PH_ROWS, MFS_SNAP_PH_RATED, MFS_SNAP_PH_COMMIT, MFS_SNAP_PH__COUNT };
+void mfs_snap_writer_phases(const mfs_snap_writer_t *w, double seconds[MFS_SNAP_PH__COUNT]);
+/** A phase's name ("prepare", ...); NULL out of range. */
+const char *mfs_snap_phase_name(int phase);
+
 #endif

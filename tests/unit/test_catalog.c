@@ -8,6 +8,7 @@
 #include "ingest/event.h"
 #include "serve/learner.h"
 #include "ops/catalog.h"
+#include "snapshots/snap_writer.h"
 #include "testhelp.h"
 
 static char errstr[512];
@@ -153,6 +154,33 @@ static void test_learner_phases_follow_the_enum(void)
 	mfs_metrics_free(r);
 }
 
+/* mfstream_snapshot_seconds: capture first, then the writer's phases in the enum's order, by
+ * the writer's names (learner.c adds phase x at index x + 1), then trim. */
+static void test_snapshot_phases_follow_the_enum(void)
+{
+	mfs_metrics_t *r;
+	TEST_OK(mfs_metrics_init(&r));
+	mfs_catalog_t cat;
+	TEST_OK(mfs_catalog_register(r, &cat, errstr, sizeof errstr));
+	for (int i = 0; i <= MFS_SNAP_PH__COUNT + 1; i++) {
+		TEST_ASSERT_MSG(cat.snapshot_seconds_at[i] != NULL, "series %d", i);
+		mfs_gauge_set(cat.snapshot_seconds_at[i], i + 0.25);
+	}
+	TEST_ASSERT(MFS_SNAP_PH__COUNT + 2 < MFS_CAT_FIXED_MAX && cat.snapshot_seconds_at[MFS_SNAP_PH__COUNT + 2] == NULL);
+	TEST_ASSERT(mfs_snap_phase_name(MFS_SNAP_PH__COUNT) == NULL && mfs_snap_phase_name(-1) == NULL);
+	char *t;
+	TEST_OK(mfs_metrics_render(r, &t, NULL));
+	TEST_NEAR(sample(t, "mfstream_snapshot_seconds{phase=\"capture\"}"), 0.25, 0);
+	for (int i = 0; i < MFS_SNAP_PH__COUNT; i++) {
+		char s[128];
+		snprintf(s, sizeof s, "mfstream_snapshot_seconds{phase=\"%s\"}", mfs_snap_phase_name(i));
+		TEST_NEAR(sample(t, s), i + 1.25, 0);
+	}
+	TEST_NEAR(sample(t, "mfstream_snapshot_seconds{phase=\"trim\"}"), MFS_SNAP_PH__COUNT + 1.25, 0);
+	free(t);
+	mfs_metrics_free(r);
+}
+
 static void test_scrape_hook(void)
 {
 	mfs_metrics_t *r;
@@ -223,6 +251,7 @@ int main(void)
 	TEST_RUN(test_register_and_render);
 	TEST_RUN(test_reject_reasons_follow_the_enum);
 	TEST_RUN(test_learner_phases_follow_the_enum);
+	TEST_RUN(test_snapshot_phases_follow_the_enum);
 	TEST_RUN(test_scrape_hook);
 	TEST_RUN(test_doc_matches_catalog);
 	return TEST_REPORT();

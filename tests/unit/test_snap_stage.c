@@ -127,6 +127,77 @@ static void test_stage_sorts_on_publish(void)
 	mfs_model_free(m);
 }
 
+/* Many u64 ids in no order (the radix sort's case: ids over the whole 64-bit range, ids that
+ * share their high bits, repeats in the row list), published twice from copied stages: into
+ * an empty DB (every put an MDB_APPEND, which refuses a key out of order) and into the one
+ * holding them (plain puts, the rows in another order). Every row reads back as staged. */
+static void test_stage_sorts_many(void)
+{
+	enum { N = 3000 };
+	const char *dir = test_tmpdir();
+	mfs_model_t *m = model_new(4);
+	uint64_t x = 88172645463325252u;
+	static mfs_id_t ids[N];
+	for (int r = 0; r < N; r++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		/* a third anywhere, a third under one high prefix, a third small */
+		ids[r] = mfs_id_u64(r % 3 == 0 ? x : r % 3 == 1 ? (0xABCDull << 48) | (x >> 20) : x % 100000);
+		uint32_t row = add_user(m, ids[r]);
+		if (row != (uint32_t)r) { /* a repeat of a small id: give it a fresh one */
+			ids[r] = mfs_id_u64(((uint64_t)1 << 40) + (uint64_t)r);
+			TEST_EQ_INT(add_user(m, ids[r]), r);
+		}
+	}
+	add_item(m, mfs_id_u64(1));
+	static uint32_t rows[N + N / 4];
+	mfs_snap_writer_t *w = NULL;
+	TEST_OK(mfs_snap_writer_open(dir, 1 << 24, &w, errbuf, sizeof errbuf));
+	if (!w)
+		return;
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st != NULL);
+	for (int rep = 0; rep < 2; rep++) {
+		fill_random(m);
+		for (int i = 0; i < N; i++) /* every row, in a shuffled order */
+			rows[i] = (uint32_t)i;
+		for (int i = N - 1; i > 0; i--) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			int j = (int)(x % (uint64_t)(i + 1));
+			uint32_t t = rows[i];
+			rows[i] = rows[j], rows[j] = t;
+		}
+		for (int i = N; i < N + N / 4; i++) /* and some twice */
+			rows[i] = rows[(size_t)i * 7 % N];
+		mfs_snap_info_t in = info_default();
+		in.user_rows = rows;
+		in.n_user_rows = N + N / 4;
+		in.item_rows = rows;
+		in.n_item_rows = 0;
+		uint64_t seq = 0;
+		TEST_OK(mfs_snap_stage_fill(st, m, &in, errbuf, sizeof errbuf));
+		TEST_OK(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf));
+		mfs_snap_t *s = NULL;
+		TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+		if (!s)
+			continue;
+		mfs_snap_meta_t meta;
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_EQ_INT(meta.n_users, N);
+		int bad = 0;
+		for (int r = 0; r < N; r++) {
+			float v[4], bias;
+			mfs_snap_id_t id = snap_id_of(ids[r]);
+			if (mfs_snap_user(s, &id, &bias, v) || bias != m->bu[r] || memcmp(v, m->P + 4 * r, sizeof v))
+				bad++;
+		}
+		TEST_ASSERT_MSG(bad == 0, "publish %d: %d of %d rows wrong or missing", rep, bad, N);
+		mfs_snap_close(s);
+	}
+	mfs_snap_writer_close(w);
+	mfs_snap_stage_free(st);
+	mfs_model_free(m);
+}
+
 /* A stage filled by ids takes its values later (a device engine's capture), per row in the
  * order the rows were named: what is written is those values, not the model's; a non-finite
  * value refuses the publish (nothing written, the last snapshot stays); a published stage
@@ -267,6 +338,7 @@ int main(void)
 	TEST_RUN(test_sync_modes);
 	TEST_RUN(test_stage_is_a_copy);
 	TEST_RUN(test_stage_sorts_on_publish);
+	TEST_RUN(test_stage_sorts_many);
 	TEST_RUN(test_stage_ids_then_values);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
