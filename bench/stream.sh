@@ -57,10 +57,40 @@ events_applied() { # events applied + held out in the snapshot at $1 (0 when non
 	"$bin" inspect --snapshot "$1" 2>/dev/null |
 		awk '$1 == "events_applied" { a = $3 } $1 == "events_held_out" { h = $3 } END { print a + h + 0 }'
 }
-wait_applied() { # dir n: until the snapshot in dir counts n events; fails after 20 s without progress
-	local last=-1 same=0 now
+learner_applied() { # port -> events applied + held out by the learner (/metrics)
+	"$py" - "$1" <<'PY' 2>/dev/null || echo 0
+import re, sys, urllib.request
+t = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(int(sum(float(m.group(1)) for m in re.finditer(
+    r"^mfstream_events_(?:applied|held_out)_total (\S+)$", t, re.M))))
+PY
+}
+wait_applied() { # dir n [port]: until the snapshot in dir counts n events. Without a port it
+	# fails after 20 s without progress. With serve's metrics port it tells the learner from the
+	# writer: it fails when the learner stops short of n for 20 s (the embedded broker dropped
+	# what it was given), and once the learner has all n it gives the snapshot writer
+	# SNAP_WAIT_S (120) s without a new snapshot (one publish can take that long under load)
+	local last=-1 same=0 now lnow llast=-1 t_all=""
 	while now=$(events_applied "$1"); [ "$now" -lt "$2" ]; do
 		if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; last=$now; fi
+		if [ -n "${3:-}" ]; then
+			lnow=$(learner_applied "$3")
+			[ "$lnow" != "$llast" ] && [ "$lnow" -lt "$2" ] && same=0
+			llast=$lnow
+			if [ "$lnow" -ge "$2" ] && [ -z "$t_all" ]; then t_all=$(date +%s.%N); same=0; fi
+			if [ -n "$t_all" ] && [ $same -ge $((${SNAP_WAIT_S:-120} * 2)) ]; then
+				echo "snapshot writer behind: the learner applied all $2 events but the snapshot is at $now" \
+					"after ${SNAP_WAIT_S:-120} s" >&2
+				return 1
+			fi
+			if [ -z "$t_all" ] && [ $same -ge 40 ]; then
+				echo "learner stuck at $lnow of $2 events for 20 s (snapshot at $now): the embedded broker keeps" \
+					"~5 MiB per partition and drops older data silently when the consumer falls that far behind" >&2
+				return 1
+			fi
+			sleep 0.5
+			continue
+		fi
 		if [ $same -ge 200 ]; then
 			echo "stuck at $now of $2 events for 20 s: the embedded broker keeps ~5 MiB per partition and" \
 				"drops older data silently when the consumer falls that far behind (fewer events, more" \
@@ -69,6 +99,9 @@ wait_applied() { # dir n: until the snapshot in dir counts n events; fails after
 		fi
 		sleep 0.1
 	done
+	if [ -n "$t_all" ]; then
+		echo "  the last snapshot came $("$py" -c "print(f'{$(date +%s.%N) - $t_all:.1f}')") s after the learner had every event"
+	fi
 }
 stopped() { # log key: key's value in serve's last "msg=stopped" line
 	grep -o 'msg=stopped.*' "$1" | tail -1 | grep -o "$2=[^ ]*" | cut -d= -f2
@@ -285,7 +318,7 @@ thread_profile "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$ts_wall" "${TS_RATE:-100000}/
 phase_profile "$tmp/phases-ts0" "$tmp/phases-ts1" "$ts_wall" "${TS_RATE:-100000}/s" "$out-ts-learner.csv"
 tail -qn1 "$tmp"/produce-ts-*.log
 ts_n=$((ts_n / np * np))
-wait_applied "$d" "$ts_n"
+wait_applied "$d" "$ts_n" "$port"
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
