@@ -1081,19 +1081,47 @@ static void prefetch_bytes(const void *p, size_t n)
 		__builtin_prefetch((const char *)p + o);
 }
 
+/* The last key of the DB under cursor c (last_len 0: the DB is empty). */
+static int last_key(MDB_cursor *c, unsigned char *last, size_t *last_len)
+{
+	MDB_val key, val;
+	int rc = mdb_cursor_get(c, &key, &val, MDB_LAST);
+	*last_len = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	*last_len = key.mv_size < MFS_SNAP_KEY_MAX ? key.mv_size : MFS_SNAP_KEY_MAX;
+	memcpy(last, key.mv_data, *last_len);
+	return 0;
+}
+
+/* Whether key (encoded) sorts after last (LMDB's default order: bytewise, then shorter first). */
+static int key_after(const unsigned char *key, size_t len, const unsigned char *last, size_t last_len)
+{
+	size_t m = len < last_len ? len : last_len;
+	int c = memcmp(key, last, m);
+	return c > 0 || (c == 0 && len > last_len);
+}
+
 /* Write the stage's rated lists (sorted by user key) into dbi. A list keeps the last sr->max
  * distinct items, newest last: entries are the stored list's (when merging) then the new ones,
  * an item rated again keeps only its newest place. A stored value that is malformed is not
  * merged (it is replaced, with a warning): the lists are advisory, the snapshot goes on. */
 static int write_rated(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const struct stage_rated *sr)
 {
-	unsigned char kbuf[MFS_SNAP_KEY_MAX];
+	unsigned char kbuf[MFS_SNAP_KEY_MAX], last[MFS_SNAP_KEY_MAX];
+	size_t last_len = 0;
 	MDB_cursor *cur;
 	int rc = 0;
 	if (!sr->on || !sr->n)
 		return 0;
 	if ((rc = mdb_cursor_open(txn, dbi, &cur)))
 		return rc;
+	if ((rc = last_key(cur, last, &last_len))) {
+		mdb_cursor_close(cur);
+		return rc;
+	}
 	for (size_t j = 0; j < sr->n && rc == 0; j++) {
 		/* the lists are read in user key order, not staged order: fetch ahead (write_rows) */
 		if (j + 2 * WRITE_AHEAD < sr->n)
@@ -1106,7 +1134,10 @@ static int write_rated(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const st
 		MDB_val key = {id->kind == MFS_ID_U64 ? mfs_snap_key_u64(kbuf, id->num) : mfs_snap_key_str(kbuf, id->str, id->len),
 		               kbuf}, old;
 		size_t n = 0;
-		if (sr->merge) {
+		/* past the last key written (users in key order): no list is stored, nothing to look
+		 * up, and the put is an append (new users with growing ids are all here) */
+		const int append = last_len == 0 || key_after(kbuf, key.mv_size, last, last_len);
+		if (sr->merge && !append) {
 			/* through the cursor: in key order the next user's list is most often on its page */
 			rc = mdb_cursor_get(cur, &key, &old, MDB_SET);
 			if (rc == 0) {
@@ -1177,33 +1208,13 @@ static int write_rated(mfs_snap_writer_t *w, MDB_txn *txn, MDB_dbi dbi, const st
 		}
 		mfs_snap_put_u32(w->sw_rval, (uint32_t)nout);
 		MDB_val v = {out, w->sw_rval};
-		rc = nout ? mdb_cursor_put(cur, &key, &v, 0) : 0;
+		if (nout && !(rc = mdb_cursor_put(cur, &key, &v, append ? MDB_APPEND : 0)) && append) {
+			last_len = key.mv_size; /* the DB's last key now */
+			memcpy(last, kbuf, last_len);
+		}
 	}
 	mdb_cursor_close(cur);
 	return rc;
-}
-
-/* The last key of the DB under cursor c (last_len 0: the DB is empty). */
-static int last_key(MDB_cursor *c, unsigned char *last, size_t *last_len)
-{
-	MDB_val key, val;
-	int rc = mdb_cursor_get(c, &key, &val, MDB_LAST);
-	*last_len = 0;
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (rc)
-		return rc;
-	*last_len = key.mv_size < MFS_SNAP_KEY_MAX ? key.mv_size : MFS_SNAP_KEY_MAX;
-	memcpy(last, key.mv_data, *last_len);
-	return 0;
-}
-
-/* Whether key (encoded) sorts after last (LMDB's default order: bytewise, then shorter first). */
-static int key_after(const unsigned char *key, size_t len, const unsigned char *last, size_t last_len)
-{
-	size_t m = len < last_len ? len : last_len;
-	int c = memcmp(key, last, m);
-	return c > 0 || (c == 0 && len > last_len);
 }
 
 /* Put side ss's rows (sorted) and their last-seen times. Each DB is written through its own
