@@ -1283,14 +1283,51 @@ out:
 	return rc;
 }
 
+/* The encoded keys' bytes of n rows (u64: 9; a string: 1 + its length). */
+static size_t rows_key_bytes(const struct snap_row *r, size_t n)
+{
+	size_t b = 0;
+	for (size_t i = 0; i < n; i++)
+		b += r[i].id.kind == MFS_ID_U64 ? 9 : 1 + (size_t)r[i].id.len;
+	return b;
+}
+
+/* Pages reachable from the last commit's roots: every DB's branch, leaf and overflow pages,
+ * LMDB's free DB (dbi 0) and main DB (dbi 1) included (a txn copies each at most once), and in
+ * *depth the deepest tree's depth. 0 when they cannot be counted. */
+static size_t reachable_pages(mfs_snap_writer_t *w, size_t *depth)
+{
+	MDB_txn *txn;
+	MDB_stat st;
+	size_t n = 0;
+	*depth = 0;
+	if (mdb_txn_begin(w->sw_env, NULL, MDB_RDONLY, &txn))
+		return 0;
+	const MDB_dbi dbis[] = {0, 1, w->sw_meta, w->sw_users, w->sw_items, w->sw_seen[0], w->sw_seen[1], w->sw_rated};
+	for (size_t j = 0; j < sizeof dbis / sizeof dbis[0]; j++) {
+		if (mdb_stat(txn, dbis[j], &st)) {
+			n = 0;
+			break;
+		}
+		n += st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
+		if (st.ms_depth > *depth)
+			*depth = st.ms_depth;
+	}
+	mdb_txn_abort(txn);
+	return n;
+}
+
 /* Disk blocks for every page this txn can write, before it writes any (docs/OPERATIONS.md,
  * "Full disks"). With snapshot.sync=none LMDB writes through a shared map of a sparse file,
  * and storing to a page with no block behind it on a full filesystem is a SIGBUS, not an
  * error; in the other modes a full disk surfaces at the commit's write or flush (often as
- * EIO). posix_fallocate turns both into ENOSPC here. Worst case: a copy of every leaf page a
- * touched row sits on (no more than the pages in use), the rows over again, branch pages.
+ * EIO). posix_fallocate turns both into ENOSPC here. Worst case, for `puts` records put or
+ * deleted that add at most `add` bytes: a copy of each page on a put's path from the root (no
+ * more than the pages reachable from the roots: a page is copied once a txn), twice the added
+ * bytes in new leaf pages (splits leave pages half full) and half as many again of new branch
+ * pages (long string keys make branches narrow), the records of the freed pages.
  * The reservation is a high-water mark of the file: LMDB reuses freed pages below it. */
-static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errstr, size_t es)
+static int reserve(mfs_snap_writer_t *w, size_t puts, size_t add, char *errstr, size_t es)
 {
 	MDB_envinfo ei;
 	MDB_stat st;
@@ -1298,8 +1335,11 @@ static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errst
 	if (mdb_env_info(w->sw_env, &ei) || mdb_env_stat(w->sw_env, &st) || mdb_env_get_fd(w->sw_env, &fd))
 		return 0;
 	const size_t psz = st.ms_psize, used = (size_t)ei.me_last_pgno + 1;
-	const size_t row_pages = rows * (vbytes + 64) / psz + 1; /* + key and node header */
-	size_t want = (used + (rows < used ? rows : used) + 2 * row_pages + 64) * psz;
+	size_t depth, reach = reachable_pages(w, &depth);
+	if (reach == 0 || reach > used)
+		reach = used, depth = 8;
+	const size_t path = puts * (depth + 1), copies = path < reach ? path : reach, add_pages = add / psz + 1;
+	size_t want = (used + copies + 2 * add_pages + add_pages + copies / 64 + 64) * psz;
 	/* a map too small for the txn would only be found at MDB_MAP_FULL, after writing most of
 	 * it, and the whole txn would be written again: grow it first (no txn is open here; the
 	 * map is address space, not disk) */
@@ -1309,7 +1349,7 @@ static int reserve(mfs_snap_writer_t *w, size_t rows, size_t vbytes, char *errst
 	if (map > (size_t)ei.me_mapsize) {
 		if ((rc = mfs_fault("snapshot.grow")) || (rc = mdb_env_set_mapsize(w->sw_env, map)))
 			return lmdb_fail(w, rc, "env_set_mapsize", errstr, es);
-		mfs_info("snap", "msg=\"map grown ahead of the snapshot\" map_size=%zu rows=%zu", map, rows);
+		mfs_info("snap", "msg=\"map grown ahead of the snapshot\" map_size=%zu puts=%zu", map, puts);
 	}
 	if (want > map)
 		want = map;
@@ -1467,12 +1507,23 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		mfs_warn("snap", "msg=\"cleared stale reader slots\" count=%d", dead);
 
 	/* 2. one txn; retried whole after growing the map */
-	/* the rated lists as rows of vbytes: the new entries, and as much again stored (u64 ids) */
-	const size_t nr = m->rated.on ? (m->rated.val_n + m->rated.n * (4 + (size_t)m->rated.max * 11)) / vbytes +
-	                                    m->rated.n
-	                              : 0;
+	/* what the txn puts (and deletes), and the bytes it can add: a row, its key and its node
+	 * (+ the same for its last-seen time) where it is new; a user's rated list grows by its new
+	 * entries at most (the merged list replaces the stored one), and a new list by its count,
+	 * key and node too */
+	size_t puts = 0, add = 0;
+	for (int j = 0; j < 2; j++) {
+		const struct stage_side *ss = &m->side[j];
+		const size_t keys = rows_key_bytes(ss->r, ss->n), per = ss->has_seen ? 2 : 1;
+		puts += (ss->n + ss->n_del) * per + (j == 0 ? ss->n_del : 0); /* a user's rated list goes too */
+		add += (ss->n * (vbytes + 16) + keys) + (ss->has_seen ? ss->n * (4 + 16) + keys : 0);
+	}
+	if (m->rated.on) {
+		puts += m->rated.n;
+		add += m->rated.val_n + m->rated.n * (4 + 16) + rows_key_bytes(m->rated.r, m->rated.n);
+	}
 	const double tr = mfs_now_s();
-	rc = reserve(w, nu + ni + nr, vbytes, errstr, errstr_size);
+	rc = reserve(w, puts, add, errstr, errstr_size);
 	w->sw_phase[MFS_SNAP_PH_RESERVE] += mfs_now_s() - tr;
 	if (rc)
 		return rc;
@@ -1514,7 +1565,7 @@ int mfs_snap_publish_stage(mfs_snap_writer_t *w, mfs_snap_stage_t *m, const mfs_
 		if ((rc = mfs_fault("snapshot.grow")) || (rc = mdb_env_set_mapsize(w->sw_env, grown)))
 			return lmdb_fail(w, rc, "env_set_mapsize", errstr, errstr_size);
 		mfs_info("snap", "msg=\"map full, doubled\" map_size=%zu", grown);
-		if ((rc = reserve(w, nu + ni + nr, vbytes, errstr, errstr_size)))
+		if ((rc = reserve(w, puts, add, errstr, errstr_size)))
 			return rc;
 	}
 	if (seq)
