@@ -57,14 +57,9 @@ events_applied() { # events applied + held out in the snapshot at $1 (0 when non
 	"$bin" inspect --snapshot "$1" 2>/dev/null |
 		awk '$1 == "events_applied" { a = $3 } $1 == "events_held_out" { h = $3 } END { print a + h + 0 }'
 }
-learner_applied() { # port -> events applied + held out by the learner (/metrics); nothing when
-	# the scrape fails (a loaded host can keep serve's metrics thread waiting)
-	"$py" - "$1" <<'PY' 2>/dev/null || true
-import re, sys, urllib.request
-t = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=15).read().decode()
-print(int(sum(float(m.group(1)) for m in re.finditer(
-    r"^mfstream_events_(?:applied|held_out)_total (\S+)$", t, re.M))))
-PY
+learner_applied() { # port -> events applied + held out by the learner (learner_phases' scrape);
+	# nothing when the scrape fails (a loaded host can keep serve's metrics thread waiting)
+	learner_phases "$1" 2>/dev/null | awk '/^mfstream_events_/ { s += $2; n++ } END { if (n) printf "%d\n", s }'
 }
 wait_applied() { # dir n [port]: until the snapshot in dir counts n events. Without a port it
 	# fails after 20 s without progress. With serve's metrics port it tells the learner from the
