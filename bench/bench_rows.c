@@ -2,7 +2,7 @@
  * events/s of mfs_rows_resolve for each variant and thread count.
  *
  *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
- *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,steps] [--rated N] [--engine-draws]
+ *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,serial,steps] [--rated N] [--engine-draws]
  *              [--csv FILE]
  *
  * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
@@ -12,10 +12,12 @@
  * stream in batches of --batch events, clearing the touched marks every 16 batches as a
  * snapshot does. Only mfs_rows_resolve is timed (building a batch is not).
  * Variants: `sides`: each side of a batch in event order on its own thread (the path before
- * the three steps; threads beyond 2 idle); `steps`: lookups on every thread, then the ids not
- * found in event order per side, then the new rows' values on every thread (rows.h).
+ * the three steps; threads beyond 2 idle); `serial`: lookups on every thread, then the ids not
+ * found in event order, one thread per side, then the new rows' values on every thread (the
+ * three steps before the map's shards); `steps`: the same with the ids not found placed by the
+ * map's shards on every thread and numbered on one (rows.h).
  * Also printed: new user rows, minor page faults per new row (the host tables grow into fresh
- * pages), and for `steps` the seconds of each of the three steps. --rated N also times what
+ * pages), and for `serial` and `steps` the seconds of each of the three steps. --rated N also times what
  * the learner does next with the rows: the seen-items tracker (snapshot.seen_items N,
  * snapshots/snap_rated.h) fed every event (`sides`: one thread, as before; `steps`: a shard per
  * thread on the pool), cleared every 16 batches. --engine-draws leaves new rows' values to the
@@ -45,7 +47,7 @@ int main(int argc, char **argv)
 	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
 	double arrival = 0.1;
 	int rated_max = 0, engine_draws = 0;
-	const char *threads_s = "1,2,4,8", *variants_s = "sides,steps", *csv_path = NULL;
+	const char *threads_s = "1,2,4,8", *variants_s = "sides,serial,steps", *csv_path = NULL;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : "";
 		if (!strcmp(argv[a], "--k"))
@@ -101,9 +103,9 @@ int main(int argc, char **argv)
 	char vbuf[64];
 	snprintf(vbuf, sizeof vbuf, "%s", variants_s);
 	for (char *vs = strtok(vbuf, ","); vs; vs = strtok(NULL, ",")) {
-		const int sides = !strcmp(vs, "sides");
-		if (!sides && strcmp(vs, "steps")) {
-			fprintf(stderr, "bench_rows: unknown variant %s (sides, steps)\n", vs);
+		const int sides = !strcmp(vs, "sides"), serial = !strcmp(vs, "serial");
+		if (!sides && !serial && strcmp(vs, "steps")) {
+			fprintf(stderr, "bench_rows: unknown variant %s (sides, serial, steps)\n", vs);
 			return 2;
 		}
 		for (const char *ts = threads_s; *ts;) {
@@ -120,6 +122,7 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			r.sides_only = sides;
+			r.one_by_one = serial;
 			if (engine_draws) /* what serve on the CUDA engine does: new rows' values drawn on the device */
 				m->engine_init_from[0] = m->engine_init_from[1] = 0;
 			mfs_snap_rated_t *rated = NULL;

@@ -18,6 +18,11 @@
  * keys[row]; string bytes in an arena that is appended to and, once more than half of it
  * belongs to removed ids, rewritten with the live ones (O(live bytes), amortized over the
  * removals that made the garbage).
+ *
+ * The slots are split into MFS_IDMAP_SHARDS tables by the top bits of the hash, each with its
+ * own load and its own incremental rehash, so that a batch's new ids can be placed on several
+ * threads at once, a shard per thread (mfs_idmap_add_*: see store.h). Rows and keys stay one
+ * dense array: the rows of a batch's new ids are numbered by one thread, in order.
  */
 #include <stdint.h>
 #include <sys/mman.h>
@@ -36,7 +41,7 @@
  * (tombstones, at most a quarter live) has a quarter of the slots' inserts before the new table
  * reaches half load, and the old one must be drained by then. */
 #define MIGRATE_STEP 8
-#define MIN_SLOTS 1024
+#define MIN_SLOTS 256 /* per shard */
 #define TOMB UINT32_MAX     /* a slot's row1 after its id was removed */
 #define ARENA_SLACK (1u << 20) /* garbage bytes tolerated before the arena is rewritten */
 
@@ -52,6 +57,17 @@ struct table {
 	size_t tombs; /* slots holding TOMB */
 };
 
+/* The slots of the ids whose hash has these top bits. */
+struct shard {
+	struct table t;     /* where inserts go */
+	struct table old;   /* draining (s == NULL when not rehashing) */
+	size_t migrate_pos; /* next old slot to copy */
+	size_t live;        /* ids held in this shard */
+};
+
+#define SHARD_SHIFT (64 - MFS_IDMAP_SHARD_BITS)
+static inline unsigned shard_of(uint64_t h) { return (unsigned)(h >> SHARD_SHIFT); }
+
 struct key {
 	uint64_t v; /* u64 value, or arena offset of the string */
 	uint16_t len;
@@ -59,9 +75,7 @@ struct key {
 };
 
 struct mfs_idmap {
-	struct table t;     /* where inserts go */
-	struct table old;   /* draining (s == NULL when not rehashing) */
-	size_t migrate_pos; /* next old slot to copy */
+	struct shard sh[MFS_IDMAP_SHARDS];
 	struct key *keys;   /* kind 0: a dead row */
 	uint32_t n, cap;    /* rows handed out (live or dead), allocated */
 	uint32_t live;      /* ids held */
@@ -166,49 +180,81 @@ static inline uint64_t slot_hash(const struct slot *s)
 	return id_hash(&id);
 }
 
-/* Copy up to `steps` old slots into the new table; free the old one when drained. The
- * destinations are random: their lines are prefetched for a group of slots before the group
- * is written. */
-static void migrate(mfs_idmap_t *m, size_t steps)
+/* Copy up to `steps` of a shard's old slots into its new table; free the old one when drained.
+ * The destinations are random: their lines are prefetched for a group of slots before the
+ * group is written. */
+static void migrate(struct shard *sh, size_t steps)
 {
-	if (!m->old.s)
+	if (!sh->old.s)
 		return;
-	const size_t end = m->old.mask + 1;
+	const size_t end = sh->old.mask + 1;
 	enum { GROUP = 8 };
-	while (steps && m->migrate_pos < end) {
-		size_t n = end - m->migrate_pos;
+	while (steps && sh->migrate_pos < end) {
+		size_t n = end - sh->migrate_pos;
 		if (n > steps)
 			n = steps;
 		if (n > GROUP)
 			n = GROUP;
-		const struct slot *s = &m->old.s[m->migrate_pos];
+		const struct slot *s = &sh->old.s[sh->migrate_pos];
 		uint64_t h[GROUP];
 		for (size_t j = 0; j < n; j++)
 			if (s[j].row1 && s[j].row1 != TOMB) {
 				h[j] = slot_hash(&s[j]);
 #if defined(__GNUC__)
-				__builtin_prefetch(&m->t.s[h[j] & m->t.mask], 1);
+				__builtin_prefetch(&sh->t.s[h[j] & sh->t.mask], 1);
 #endif
 			}
 		for (size_t j = 0; j < n; j++)
 			if (s[j].row1 && s[j].row1 != TOMB)
-				table_put_slot(&m->t, h[j], s[j].row1, s[j].kind, s[j].key);
-		m->migrate_pos += n;
+				table_put_slot(&sh->t, h[j], s[j].row1, s[j].kind, s[j].key);
+		sh->migrate_pos += n;
 		steps -= n;
 	}
-	if (m->migrate_pos == end) {
-		table_free(&m->old);
-		m->migrate_pos = 0;
+	if (sh->migrate_pos == end) {
+		table_free(&sh->old);
+		sh->migrate_pos = 0;
 	}
+}
+
+/* Room in a shard's table for `more` ids besides those it holds, tombstones counted as load:
+ * past half load a new table, twice as large unless most of the load is tombstones (or as large
+ * as `more` needs), drained step by step on later inserts. The new table past half load before
+ * the old one drained (not expected: see MIGRATE_STEP): the old one is drained all at once
+ * first rather than let the chains grow. @return 0 or ENOMEM (the shard as it was, or with a
+ * rehash started: the same ids either way). */
+static int shard_room(struct shard *sh, size_t more)
+{
+	const size_t load = (sh->live + more) * 2 + sh->t.tombs * 2;
+	if (load <= sh->t.mask + 1)
+		return 0;
+	if (sh->old.s)
+		migrate(sh, SIZE_MAX);
+	if ((sh->live + more) * 2 + sh->t.tombs * 2 <= sh->t.mask + 1)
+		return 0;
+	size_t slots = sh->t.mask + 1;
+	if ((sh->live + more) * 4 > slots) /* not mostly tombstones: a larger table */
+		slots *= 2;
+	while ((sh->live + more) * 2 > slots)
+		slots *= 2;
+	struct table nt;
+	if (table_alloc(&nt, slots))
+		return ENOMEM;
+	sh->old = sh->t;
+	sh->t = nt;
+	sh->migrate_pos = 0;
+	return 0;
 }
 
 int mfs_idmap_init(mfs_idmap_t **out)
 {
 	mfs_idmap_t *m = calloc(1, sizeof *m);
-	if (!m || table_alloc(&m->t, MIN_SLOTS)) {
-		free(m);
+	if (!m)
 		return ENOMEM;
-	}
+	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++)
+		if (table_alloc(&m->sh[s].t, MIN_SLOTS)) {
+			mfs_idmap_free(m);
+			return ENOMEM;
+		}
 	*out = m;
 	return 0;
 }
@@ -217,8 +263,10 @@ void mfs_idmap_free(mfs_idmap_t *m)
 {
 	if (!m)
 		return;
-	table_free(&m->t);
-	table_free(&m->old);
+	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++) {
+		table_free(&m->sh[s].t);
+		table_free(&m->sh[s].old);
+	}
 	free(m->keys);
 	free(m->arena);
 	free(m);
@@ -243,9 +291,10 @@ uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id) { return mfs_i
 
 uint32_t mfs_idmap_find_h(const mfs_idmap_t *m, const mfs_id_t *id, uint64_t h)
 {
-	uint32_t row = table_find(m, &m->t, h, id);
-	if (row == MFS_ROW_NONE && m->old.s)
-		row = table_find(m, &m->old, h, id);
+	const struct shard *sh = &m->sh[shard_of(h)];
+	uint32_t row = table_find(m, &sh->t, h, id);
+	if (row == MFS_ROW_NONE && sh->old.s)
+		row = table_find(m, &sh->old, h, id);
 	return row;
 }
 
@@ -254,9 +303,10 @@ uint64_t mfs_idmap_hash(const mfs_id_t *id) { return id_hash(id); }
 void mfs_idmap_prefetch(const mfs_idmap_t *m, uint64_t h)
 {
 #if defined(__GNUC__)
-	__builtin_prefetch(&m->t.s[h & m->t.mask]);
-	if (m->old.s) /* a miss in the new table is looked for in the draining one too */
-		__builtin_prefetch(&m->old.s[h & m->old.mask]);
+	const struct shard *sh = &m->sh[shard_of(h)];
+	__builtin_prefetch(&sh->t.s[h & sh->t.mask]);
+	if (sh->old.s) /* a miss in the new table is looked for in the draining one too */
+		__builtin_prefetch(&sh->old.s[h & sh->old.mask]);
 #else
 	(void)m;
 	(void)h;
@@ -273,9 +323,7 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 	int rc = mfs_id_check(id);
 	if (rc)
 		return rc;
-	uint32_t r = table_find(m, &m->t, h, id);
-	if (r == MFS_ROW_NONE && m->old.s)
-		r = table_find(m, &m->old, h, id);
+	uint32_t r = mfs_idmap_find_h(m, id, h);
 	if (added)
 		*added = 0;
 	if (r != MFS_ROW_NONE) {
@@ -290,41 +338,25 @@ int mfs_idmap_get_or_add_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint3
 	return 0;
 }
 
-int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t row)
+/* Room in keys[] for rows below `rows`. */
+static int keys_room(mfs_idmap_t *m, size_t rows)
 {
-	int rc = mfs_id_check(id);
-	if (rc)
-		return rc;
-	if (row > m->n || (row < m->n && m->keys[row].kind))
-		return MFS_EINVAL;
-	if (row == MFS_ROW_NONE - 1)
-		return MFS_EFULL;
-	/* room for the key and its bytes first, so a failure leaves the map unchanged */
-	if (row == m->cap) {
-		uint32_t nc = m->cap ? (m->cap > UINT32_MAX / 2 ? UINT32_MAX : m->cap * 2) : 1024;
-		struct key *nk = realloc(m->keys, (size_t)nc * sizeof *nk);
-		if (!nk)
-			return ENOMEM;
-		m->keys = nk;
-		m->cap = nc;
-	}
-	if (id->kind == MFS_ID_STR && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + id->len, 1))
+	if (rows <= m->cap)
+		return 0;
+	size_t nc = m->cap ? m->cap : 1024;
+	while (nc < rows)
+		nc = nc > UINT32_MAX / 2 ? UINT32_MAX : nc * 2;
+	struct key *nk = realloc(m->keys, nc * sizeof *nk);
+	if (!nk)
 		return ENOMEM;
-	/* past half load (tombstones count: they lengthen chains): a new table, drained step by
-	 * step; twice as large unless most of the load is tombstones */
-	if (!m->old.s && (size_t)(m->live + 1) * 2 + m->t.tombs * 2 > m->t.mask + 1) {
-		const size_t slots = m->t.mask + 1;
-		struct table nt;
-		if (table_alloc(&nt, (size_t)(m->live + 1) * 4 > slots ? slots * 2 : slots))
-			return ENOMEM;
-		m->old = m->t;
-		m->t = nt;
-		m->migrate_pos = 0;
-	}
-	/* the new table past half load before the old one drained (not expected: see MIGRATE_STEP):
-	 * drain it all now rather than let the chains grow */
-	migrate(m, (size_t)(m->live + 1) * 2 + m->t.tombs * 2 > m->t.mask + 1 ? SIZE_MAX : MIGRATE_STEP);
+	m->keys = nk;
+	m->cap = (uint32_t)nc;
+	return 0;
+}
 
+/* keys[row] = id (string bytes appended to the arena, which has room). */
+static void key_set(mfs_idmap_t *m, uint32_t row, const mfs_id_t *id)
+{
 	struct key *k = &m->keys[row];
 	k->kind = id->kind;
 	k->len = id->len;
@@ -335,15 +367,171 @@ int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t 
 		k->v = m->arena_len;
 		m->arena_len += id->len;
 	}
-	table_put(&m->t, h, row, id);
+}
+
+int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t row)
+{
+	int rc = mfs_id_check(id);
+	if (rc)
+		return rc;
+	if (row > m->n || (row < m->n && m->keys[row].kind))
+		return MFS_EINVAL;
+	if (row == MFS_ROW_NONE - 1)
+		return MFS_EFULL;
+	/* room for the key, its bytes and its slot first, so a failure leaves the ids unchanged */
+	struct shard *sh = &m->sh[shard_of(h)];
+	if ((rc = keys_room(m, (size_t)row + 1)) ||
+	    (id->kind == MFS_ID_STR && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + id->len, 1)) ||
+	    (rc = shard_room(sh, 1)))
+		return rc ? rc : ENOMEM;
+	migrate(sh, MIGRATE_STEP);
+	key_set(m, row, id);
+	table_put(&sh->t, h, row, id);
 	if (row == m->n)
 		m->n++;
 	m->live++;
+	sh->live++;
 	return 0;
 }
 
+/* ---- many new ids at once (store.h: mfs_idmap_add_*) ---------------------------------- */
+
+static inline const mfs_id_t *cand_id(const mfs_idmap_add_t *a, size_t x)
+{
+	return (const mfs_id_t *)(a->base + (size_t)a->idx[x] * a->stride);
+}
+
+static inline uint64_t cand_h(const mfs_idmap_add_t *a, size_t x) { return a->h[a->idx[x]]; }
+
+int mfs_idmap_add_begin(mfs_idmap_t *m, mfs_idmap_add_t *a)
+{
+	size_t count[MFS_IDMAP_SHARDS] = {0}, bytes = 0;
+	int rc;
+	a->n0 = m->n;
+	a->n_new = 0;
+	if (a->n >= (size_t)MFS_ROW_NONE - 1 - m->n) /* rows and provisional rows below MFS_ROW_NONE - 1 */
+		return MFS_EFULL;
+	if (mfs_grow((void **)&a->order, &a->cap_order, a->n, sizeof *a->order) ||
+	    mfs_grow((void **)&a->first, &a->cap_first, a->n, sizeof *a->first) ||
+	    mfs_grow((void **)&a->slot, &a->cap_slot, a->n, sizeof *a->slot))
+		return ENOMEM;
+	for (size_t x = 0; x < a->n; x++) {
+		const mfs_id_t *id = cand_id(a, x);
+		if ((rc = mfs_id_check(id)))
+			return rc;
+		if (id->kind == MFS_ID_STR)
+			bytes += id->len;
+		count[shard_of(cand_h(a, x))]++;
+	}
+	if ((rc = keys_room(m, (size_t)m->n + a->n)) ||
+	    (bytes && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + bytes, 1)))
+		return rc ? rc : ENOMEM;
+	size_t at = 0;
+	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++) {
+		if (count[s] && (rc = shard_room(&m->sh[s], count[s])))
+			return rc;
+		a->start[s] = at;
+		at += count[s];
+		count[s] = a->start[s];
+	}
+	a->start[MFS_IDMAP_SHARDS] = at;
+	for (size_t x = 0; x < a->n; x++) /* each shard's candidates in their order */
+		a->order[count[shard_of(cand_h(a, x))]++] = (uint32_t)x;
+	return 0;
+}
+
+void mfs_idmap_add_shard(mfs_idmap_t *m, mfs_idmap_add_t *a, unsigned s)
+{
+	enum { AHEAD = 8 };
+	struct shard *sh = &m->sh[s];
+	const uint32_t *o = a->order + a->start[s];
+	const size_t n = a->start[s + 1] - a->start[s];
+	const uint32_t lo = a->n0 + 1; /* row1 of this batch's first candidate */
+	size_t added = 0;
+	for (size_t y = 0; y < n; y++) {
+		if (y + AHEAD < n) {
+			const uint64_t ha = cand_h(a, o[y + AHEAD]);
+			__builtin_prefetch(&sh->t.s[ha & sh->t.mask], 1);
+		}
+		const uint32_t x = o[y];
+		const mfs_id_t *id = cand_id(a, x);
+		const uint64_t h = cand_h(a, x), key = slot_key(id, h);
+		/* the candidate is not in the map: it is either new, or the repeat of an earlier
+		 * candidate of this batch, whose slot holds row1 = lo + its index */
+		size_t i = h & sh->t.mask;
+		uint32_t first = x;
+		for (; sh->t.s[i].row1; i = (i + 1) & sh->t.mask) {
+			const struct slot *sl = &sh->t.s[i];
+			if (sl->row1 == TOMB || sl->row1 < lo || sl->key != key || sl->kind != id->kind)
+				continue;
+			const mfs_id_t *other = cand_id(a, sl->row1 - lo);
+			if (id->kind == MFS_ID_U64 ||
+			    (other->len == id->len && memcmp(other->str, id->str, id->len) == 0)) {
+				first = sl->row1 - lo;
+				break;
+			}
+		}
+		a->first[x] = first;
+		if (first != x)
+			continue;
+		/* new: the first empty or dead slot of its chain, a provisional row until numbered */
+		i = h & sh->t.mask;
+		while (sh->t.s[i].row1 && sh->t.s[i].row1 != TOMB)
+			i = (i + 1) & sh->t.mask;
+		if (sh->t.s[i].row1 == TOMB)
+			sh->t.tombs--;
+		sh->t.s[i] = (struct slot){lo + x, id->kind, key};
+		a->slot[x] = i;
+		added++;
+		/* the old table's copies go to other slots of the new one: the slot just written
+		 * stays where it is until the batch ends (shard_room made room for all of it) */
+		migrate(sh, MIGRATE_STEP);
+	}
+	sh->live += added;
+}
+
+uint32_t mfs_idmap_add_number(mfs_idmap_t *m, mfs_idmap_add_t *a, uint32_t *rows)
+{
+	uint32_t next = a->n0;
+	for (size_t x = 0; x < a->n; x++) {
+		const uint32_t f = a->first[x];
+		if (f != x) {
+			rows[a->idx[x]] = rows[a->idx[f]]; /* f < x: numbered already */
+			continue;
+		}
+		rows[a->idx[x]] = next;
+		key_set(m, next++, cand_id(a, x));
+	}
+	a->n_new = next - a->n0;
+	m->n = next;
+	m->live += a->n_new;
+	return a->n_new;
+}
+
+void mfs_idmap_add_end(mfs_idmap_t *m, const mfs_idmap_add_t *a, const uint32_t *rows, unsigned s)
+{
+	struct table *t = &m->sh[s].t;
+	const uint32_t *o = a->order + a->start[s];
+	const size_t n = a->start[s + 1] - a->start[s];
+	for (size_t y = 0; y < n; y++) {
+		const uint32_t x = o[y];
+		if (a->first[x] == x)
+			t->s[a->slot[x]].row1 = rows[a->idx[x]] + 1;
+	}
+}
+
+void mfs_idmap_add_free(mfs_idmap_add_t *a)
+{
+	free(a->order);
+	free(a->first);
+	free(a->slot);
+	a->order = a->first = NULL;
+	a->slot = NULL;
+	a->cap_order = a->cap_first = a->cap_slot = 0;
+}
+
 /* Mark the slot holding row in t dead (if t has it). */
-static void table_remove(mfs_idmap_t *m, struct table *t, uint64_t h, const mfs_id_t *id, uint32_t row)
+static void table_remove(struct table *t, uint64_t h, const mfs_id_t *id, uint32_t row)
 {
 	const uint64_t key = slot_key(id, h);
 	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
@@ -356,7 +544,6 @@ static void table_remove(mfs_idmap_t *m, struct table *t, uint64_t h, const mfs_
 			return;
 		}
 	}
-	(void)m;
 }
 
 /* Rewrite the arena with the live ids' bytes only (once garbage passes half of it). */
@@ -389,20 +576,22 @@ void mfs_idmap_remove(mfs_idmap_t *m, uint32_t row)
 		return;
 	mfs_id_t id = mfs_idmap_key(m, row);
 	const uint64_t h = id_hash(&id);
-	table_remove(m, &m->t, h, &id, row);
-	if (m->old.s)
-		table_remove(m, &m->old, h, &id, row);
+	struct shard *sh = &m->sh[shard_of(h)];
+	table_remove(&sh->t, h, &id, row);
+	if (sh->old.s)
+		table_remove(&sh->old, h, &id, row);
 	if (id.kind == MFS_ID_STR)
 		m->garbage += id.len;
 	m->keys[row].kind = 0;
 	m->live--;
+	sh->live--;
 	arena_compact(m);
 }
 
-/* Renumber in place: keys move to their new rows, and every slot that names a row (in the table
- * being filled and in the one draining) names its new one. Slots stay where they are, since
- * their place follows the id's hash, not its row; tombstones and the drain position are
- * untouched, so an incremental rehash under way goes on as it was. O(rows + slots). */
+/* Renumber in place: keys move to their new rows, and every slot that names a row (in the tables
+ * being filled and in those draining) names its new one. Slots stay where they are, since
+ * their place follows the id's hash, not its row; tombstones and the drain positions are
+ * untouched, so a rehash under way goes on as it was. O(rows + slots). */
 int mfs_idmap_permute(mfs_idmap_t *m, const uint32_t *perm)
 {
 	if (!m->n)
@@ -414,14 +603,16 @@ int mfs_idmap_permute(mfs_idmap_t *m, const uint32_t *perm)
 		nk[perm[r]] = m->keys[r];
 	free(m->keys);
 	m->keys = nk;
-	struct table *ts[2] = {&m->t, &m->old};
-	for (int t = 0; t < 2; t++) {
-		if (!ts[t]->s)
-			continue;
-		for (size_t i = 0; i <= ts[t]->mask; i++) {
-			struct slot *s = &ts[t]->s[i];
-			if (s->row1 && s->row1 != TOMB)
-				s->row1 = perm[s->row1 - 1] + 1;
+	for (unsigned sx = 0; sx < MFS_IDMAP_SHARDS; sx++) {
+		struct table *ts[2] = {&m->sh[sx].t, &m->sh[sx].old};
+		for (int t = 0; t < 2; t++) {
+			if (!ts[t]->s)
+				continue;
+			for (size_t i = 0; i <= ts[t]->mask; i++) {
+				struct slot *s = &ts[t]->s[i];
+				if (s->row1 && s->row1 != TOMB)
+					s->row1 = perm[s->row1 - 1] + 1;
+			}
 		}
 	}
 	return 0;

@@ -271,6 +271,32 @@ static int entity_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h,
 	return 0;
 }
 
+int mfs_model_add_many_ok(const mfs_model_t *m, int ent)
+{
+	return !m->track && !(ent ? m->max_items : m->max_users) && !m->admit[ent] && !m->life[ent]->n_free;
+}
+
+int mfs_model_add_begin(mfs_model_t *m, int ent, mfs_idmap_add_t *a)
+{
+	if (!mfs_model_add_many_ok(m, ent))
+		return MFS_EINVAL;
+	int rc = mfs_idmap_add_begin(ent ? m->items : m->users, a);
+	return rc ? rc : a->n ? grow_entity(m, ent, a->n0 + (uint32_t)a->n) : 0;
+}
+
+uint32_t mfs_model_add_number(mfs_model_t *m, int ent, mfs_idmap_add_t *a, uint32_t *rows)
+{
+	const uint32_t nn = mfs_idmap_add_number(ent ? m->items : m->users, a, rows), end = a->n0 + nn;
+	float *b = ent ? m->bi : m->bu;
+	for (uint32_t r = a->n0 > m->engine_init_from[ent] ? a->n0 : m->engine_init_from[ent]; r < end; r++)
+		b[r] = 0.0f; /* the engine draws its values (store.h) */
+	if (ent)
+		m->n_items = end;
+	else
+		m->n_users = end;
+	return nn;
+}
+
 int mfs_model_restore_row(mfs_model_t *m, int ent, const mfs_id_t *id, uint32_t *row)
 {
 	/* no admission, eviction or bound: the snapshot's rows are the model's */

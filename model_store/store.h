@@ -88,6 +88,49 @@ mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row);
  *  it). @return 0 or ENOMEM (the map unchanged). */
 int mfs_idmap_permute(mfs_idmap_t *m, const uint32_t *perm);
 
+/* Many new ids at once, on several threads. The map's slots are split into MFS_IDMAP_SHARDS
+ * shards by the top bits of the hash; each shard is placed by one thread while the others place
+ * theirs, and the rows are numbered by one thread in the candidates' order, so they are the rows
+ * mfs_idmap_get_or_add would give one candidate after another. The candidates are ids that are
+ * not in the map (a lookup gave MFS_ROW_NONE); one may repeat an earlier one. In order:
+ *   mfs_idmap_add_begin   one thread: checks the ids, makes room (keys, bytes, slots)
+ *   mfs_idmap_add_shard   for every shard, any thread: each new id's slot, repeats found
+ *   mfs_idmap_add_number  one thread: rows, in order (a repeat gets its first's row)
+ *   mfs_idmap_add_end     for every shard, any thread: the slots name their rows
+ * Between begin and end the map may be neither read nor changed by anything else. */
+#define MFS_IDMAP_SHARD_BITS 5
+#define MFS_IDMAP_SHARDS (1u << MFS_IDMAP_SHARD_BITS)
+typedef struct mfs_idmap_add {
+	/* the candidates, set by the caller: candidate x is the id at base + idx[x] * stride,
+	 * its hash (mfs_idmap_hash) h[idx[x]] */
+	size_t n;
+	const char *base;
+	size_t stride;
+	const uint32_t *idx;
+	const uint64_t *h;
+	/* set by the steps */
+	uint32_t n0;                            /* mfs_idmap_size before the batch */
+	uint32_t n_new;                         /* rows added (mfs_idmap_add_number) */
+	size_t start[MFS_IDMAP_SHARDS + 1];     /* shard s's candidates: order[start[s] .. start[s+1]) */
+	uint32_t *order;                        /* candidates by shard, each shard's in candidate order */
+	uint32_t *first;                        /* first[x]: the candidate x repeats, or x */
+	size_t *slot;                           /* a new candidate's slot in its shard */
+	size_t cap_order, cap_first, cap_slot;
+} mfs_idmap_add_t;
+
+/** Check the candidates (MFS_EIDLEN, MFS_EINVAL), and make room for all of them as new ids.
+ *  @return 0, or ENOMEM / MFS_EFULL / an id error with the map's ids unchanged. */
+int mfs_idmap_add_begin(mfs_idmap_t *m, mfs_idmap_add_t *a);
+/** Shard s's candidates: a slot for each new id, a repeat noted (a->first). Cannot fail. */
+void mfs_idmap_add_shard(mfs_idmap_t *m, mfs_idmap_add_t *a, unsigned s);
+/** rows[idx[x]] = candidate x's row: new ids get mfs_idmap_size, size + 1, ... in order.
+ *  @return the rows added. */
+uint32_t mfs_idmap_add_number(mfs_idmap_t *m, mfs_idmap_add_t *a, uint32_t *rows);
+/** Shard s's new slots name their rows (rows as mfs_idmap_add_number left it). */
+void mfs_idmap_add_end(mfs_idmap_t *m, const mfs_idmap_add_t *a, const uint32_t *rows, unsigned s);
+/** Free the scratch arrays of a (the candidates are the caller's). */
+void mfs_idmap_add_free(mfs_idmap_add_t *a);
+
 /* ---- model -------------------------------------------------------------------------- */
 typedef struct mfs_model_conf {
 	int k;              /* factors per row */
@@ -191,6 +234,20 @@ uint32_t mfs_model_find_h(const mfs_model_t *m, int ent, const mfs_id_t *id, uin
 int mfs_model_row_h(mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h, uint32_t *row, int *fresh);
 /** A new row's initial factors and zero bias (what mfs_model_rows writes for it). */
 void mfs_model_init_fresh(mfs_model_t *m, int ent, uint32_t row);
+/* The ids not found, many at once (serve/rows.c): the idmap's steps (mfs_idmap_add_*, on the
+ * map of ent, m->users or m->items) with the model's tables grown in the first and its row
+ * count set in the third. The rows are those mfs_model_row_h gives one id after another, which
+ * they can only be where a new id always gets the next row: no bound, no admission, no free
+ * row to reuse, no tracking (mfs_model_add_many_ok). */
+/** 1 when entity ent's new ids may be added with mfs_model_add_begin .. _number. */
+int mfs_model_add_many_ok(const mfs_model_t *m, int ent);
+/** mfs_idmap_add_begin, then room in the model's tables for a->n new rows. @return as that,
+ *  MFS_EINVAL (not mfs_model_add_many_ok); the rows held unchanged on error. */
+int mfs_model_add_begin(mfs_model_t *m, int ent, mfs_idmap_add_t *a);
+/** mfs_idmap_add_number, and the model holds the new rows, [a->n0, a->n0 + a->n_new): those
+ *  at and above engine_init_from have bias 0 (the engine draws their factors), the others'
+ *  values must be written with mfs_model_init_fresh before they are used. @return a->n_new. */
+uint32_t mfs_model_add_number(mfs_model_t *m, int ent, mfs_idmap_add_t *a, uint32_t *rows);
 
 /* ---- ratings as rows --------------------------------------------------------------- */
 /** Ratings as dense rows of a model (structure of arrays): what every later stage (engines,

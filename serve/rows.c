@@ -82,23 +82,19 @@ static void lookup_task(void *arg, size_t task)
 	}
 }
 
-/* Step 2: one side's ids that the lookups did not find, in event order (an id new to the model
- * twice in the batch gets its row at the first and is found at the second), then the touched
- * marks. Their indices are gathered first, so each one's slot is prefetched AHEAD ids early. */
-static void add_task(void *arg, size_t side)
+/* Step 2, a side whose new ids must come one at a time (mfs_model_add_many_ok 0): its ids that
+ * the lookups did not find, in event order (an id new to the model twice in the batch gets its
+ * row at the first and is found at the second), then the touched marks. Each one's slot is
+ * prefetched AHEAD ids early. */
+static void add_serial(mfs_rows_t *r, int side)
 {
-	mfs_rows_t *r = arg;
 	const mfs_ebatch_t *b = r->batch;
 	uint32_t *rows = side ? r->i : r->u;
 	const uint64_t *h = r->h[side];
 	const mfs_idmap_t *map = side ? r->m->items : r->m->users;
-	uint32_t *miss = r->miss[side];
-	size_t nm = 0;
-	for (size_t j = 0; j < b->n; j++)
-		if (rows[j] == MFS_ROW_NONE)
-			miss[nm++] = (uint32_t)j;
+	const uint32_t *miss = r->miss[side];
+	const size_t nm = r->n_miss[side];
 	int rc = 0;
-	r->n_fresh[side] = 0;
 	for (size_t x = 0; x < nm && x < AHEAD; x++)
 		mfs_idmap_prefetch(map, h[miss[x]]);
 	for (size_t x = 0; x < nm && !rc; x++) {
@@ -106,7 +102,7 @@ static void add_task(void *arg, size_t side)
 		if (x + AHEAD < nm)
 			mfs_idmap_prefetch(map, h[miss[x + AHEAD]]);
 		int fresh;
-		if ((rc = mfs_model_row_h(r->m, (int)side, side_id(b, (int)side, j), h[j], &rows[j], &fresh)) || !fresh)
+		if ((rc = mfs_model_row_h(r->m, side, side_id(b, side, j), h[j], &rows[j], &fresh)) || !fresh)
 			continue;
 		if (mfs_grow((void **)&r->fresh[side], &r->cap_fresh[side], r->n_fresh[side] + 1, sizeof *r->fresh[side]))
 			rc = ENOMEM;
@@ -116,15 +112,102 @@ static void add_task(void *arg, size_t side)
 	r->rc[side] = rc ? rc : mfs_touched_mark_many(side ? &r->ti : &r->tu, rows, b->n);
 }
 
-/* Step 3: a chunk of new rows' values (users' chunks first). */
-static void fresh_task(void *arg, size_t task)
+/* Step 2 tasks: per side, one (serial) or one per shard of the map (many at once) or none. */
+static size_t place_tasks(const mfs_rows_t *r, int side)
+{
+	return !r->many[side] ? 1 : r->n_miss[side] && !r->rc[side] ? MFS_IDMAP_SHARDS : 0;
+}
+
+static void place_task(void *arg, size_t task)
 {
 	mfs_rows_t *r = arg;
+	const size_t t0 = place_tasks(r, 0);
+	const int side = task >= t0;
+	if (side)
+		task -= t0;
+	if (!r->many[side])
+		add_serial(r, side);
+	else
+		mfs_idmap_add_shard(side ? r->m->items : r->m->users, &r->add[side], (unsigned)task);
+}
+
+/* Step 3 tasks: the touched marks of each side added many at once, then their slots named, a
+ * task per shard, then the new rows' values in chunks (users' first). */
+static void finish_task(void *arg, size_t task)
+{
+	mfs_rows_t *r = arg;
+	for (int side = 0; side < 2; side++) {
+		if (!r->many[side])
+			continue;
+		if (task == 0) {
+			int rc = mfs_touched_mark_many(side ? &r->ti : &r->tu, side ? r->i : r->u, r->batch->n);
+			if (!r->rc[side])
+				r->rc[side] = rc;
+			return;
+		}
+		task--;
+	}
+	for (int side = 0; side < 2; side++) {
+		if (!r->many[side] || !r->add[side].n_new)
+			continue;
+		if (task < MFS_IDMAP_SHARDS) {
+			mfs_idmap_add_end(side ? r->m->items : r->m->users, &r->add[side], side ? r->i : r->u, (unsigned)task);
+			return;
+		}
+		task -= MFS_IDMAP_SHARDS;
+	}
 	const size_t cu = (r->n_fresh[0] + FRESH_CHUNK - 1) / FRESH_CHUNK;
 	const int side = task >= cu;
 	const size_t a = (side ? task - cu : task) * FRESH_CHUNK, n = r->n_fresh[side];
 	for (size_t j = a; j < n && j < a + FRESH_CHUNK; j++)
 		mfs_model_init_fresh(r->m, side, r->fresh[side][j]);
+}
+
+/* Step 2 on the caller, before the pool places the ids: each side's events whose id the lookups
+ * did not find, and for a side whose new ids may come many at once, room for all of them. */
+static void gather(mfs_rows_t *r, int side)
+{
+	const mfs_ebatch_t *b = r->batch;
+	const uint32_t *rows = side ? r->i : r->u;
+	uint32_t *miss = r->miss[side];
+	size_t nm = 0;
+	for (size_t j = 0; j < b->n; j++)
+		if (rows[j] == MFS_ROW_NONE)
+			miss[nm++] = (uint32_t)j;
+	r->n_miss[side] = nm;
+	r->n_fresh[side] = 0;
+	r->many[side] = !r->one_by_one && mfs_model_add_many_ok(r->m, side);
+	if (!r->many[side] || !nm)
+		return;
+	mfs_idmap_add_t *a = &r->add[side];
+	a->n = nm;
+	a->base = (const char *)side_id(b, side, 0);
+	a->stride = sizeof *b->ev;
+	a->idx = miss;
+	a->h = r->h[side];
+	r->rc[side] = mfs_model_add_begin(r->m, side, a);
+}
+
+/* Step 2 on the caller, after the pool placed them: the rows, numbered in event order. */
+static void number(mfs_rows_t *r, int side)
+{
+	mfs_idmap_add_t *a = &r->add[side];
+	a->n_new = 0;
+	if (!r->many[side] || !r->n_miss[side] || r->rc[side])
+		return;
+	const uint32_t nn = mfs_model_add_number(r->m, side, a, side ? r->i : r->u);
+	r->placed_many++;
+	const uint32_t from = r->m->engine_init_from[side];
+	const uint32_t end = a->n0 + nn < from ? a->n0 + nn : from < a->n0 ? a->n0 : from;
+	if (end > a->n0 &&
+	    mfs_grow((void **)&r->fresh[side], &r->cap_fresh[side], end - a->n0, sizeof *r->fresh[side])) {
+		r->rc[side] = ENOMEM; /* (their values are written below all the same) */
+		for (uint32_t row = a->n0; row < end; row++)
+			mfs_model_init_fresh(r->m, side, row);
+		return;
+	}
+	for (uint32_t row = a->n0; row < end; row++)
+		r->fresh[side][r->n_fresh[side]++] = row;
 }
 
 int mfs_rows_start(mfs_rows_t *r)
@@ -160,10 +243,17 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 		const double t0 = mfs_now_s();
 		mfs_par_run(r->par, 2 * chunks, lookup_task, r);
 		const double t1 = mfs_now_s();
-		mfs_par_run(r->par, 2, add_task, r);
+		gather(r, 0);
+		gather(r, 1);
+		mfs_par_run(r->par, place_tasks(r, 0) + place_tasks(r, 1), place_task, r);
+		number(r, 0);
+		number(r, 1);
 		const double t2 = mfs_now_s();
-		const size_t nf = (r->n_fresh[0] + FRESH_CHUNK - 1) / FRESH_CHUNK + (r->n_fresh[1] + FRESH_CHUNK - 1) / FRESH_CHUNK;
-		mfs_par_run(r->par, nf, fresh_task, r); /* (after an error too: rows handed out get values) */
+		size_t nt = (size_t)r->many[0] + (size_t)r->many[1];
+		for (int s = 0; s < 2; s++)
+			nt += r->many[s] && r->add[s].n_new ? MFS_IDMAP_SHARDS : 0;
+		nt += (r->n_fresh[0] + FRESH_CHUNK - 1) / FRESH_CHUNK + (r->n_fresh[1] + FRESH_CHUNK - 1) / FRESH_CHUNK;
+		mfs_par_run(r->par, nt, finish_task, r); /* (after an error too: rows handed out get values) */
 		r->step_s[0] += t1 - t0;
 		r->step_s[1] += t2 - t1;
 		r->step_s[2] += mfs_now_s() - t2;
@@ -187,6 +277,7 @@ void mfs_rows_free(mfs_rows_t *r)
 		free(r->h[s]);
 		free(r->miss[s]);
 		free(r->fresh[s]);
+		mfs_idmap_add_free(&r->add[s]);
 	}
 	mfs_touched_free(&r->tu);
 	mfs_touched_free(&r->ti);

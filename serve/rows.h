@@ -5,13 +5,16 @@
  * counted) in three steps, and the rows are exactly those one thread would give:
  *   1. lookups: every event's user and item id, hashed and looked up in chunks on all threads
  *      (the maps are only read);
- *   2. the ids not found, in event order, one thread per side (the two halves of the model
- *      share nothing, model_store/store.h): new ids get their rows here, in the order a
- *      single thread would give them, and each side's rows are marked touched;
- *   3. the new rows' initial values (factors, zero bias) on all threads.
- * A model with lifecycle tracking (bounds, TTL, admission of tracked rows: model_store/life.h),
- * or a batch with deletions, takes the serial path per side instead (a lookup there may touch,
- * expire or evict rows), the two sides still on two threads. Below MFS_ROWS_SPLIT_MIN events
+ *   2. the ids not found get rows, in the order a single thread would give them: the map's
+ *      shards place them on all threads, a slot per new id and a repeat found at its first
+ *      (mfs_idmap_add_*, model_store/store.h), then the caller numbers them in event order;
+ *   3. the new slots name their rows, each side's rows are marked touched, and the new rows
+ *      get their initial values (factors, zero bias), all on all threads.
+ * A side whose new ids cannot simply take the next row (a bound, admission, rows freed for
+ * reuse: mfs_model_add_many_ok) does step 2 in event order on one thread, one id after
+ * another, and marks its rows there. A model with lifecycle tracking (TTL, eviction:
+ * model_store/life.h), or a batch with deletions, takes the serial path per side instead (a
+ * lookup there may touch, expire or evict rows), the two sides still on two threads. Below MFS_ROWS_SPLIT_MIN events
  * everything runs on the caller: a hand-over (~10-50 us) would cost more than it saves.
  */
 #ifndef MFS_ROWS_H
@@ -39,13 +42,17 @@ typedef struct mfs_rows {
 	uint64_t *h[2];       /* each side's id hashes (step 1) */
 	size_t cap_h[2];
 	uint32_t *miss[2];    /* each side's events whose id the lookups did not find (step 2) */
-	size_t cap_miss[2];
+	size_t n_miss[2], cap_miss[2];
+	int many[2];          /* the side's new ids placed many at once (step 2), not one by one */
+	mfs_idmap_add_t add[2]; /* their candidates: the misses */
 	uint32_t *fresh[2];   /* each side's new rows, values not written yet (step 2) */
 	size_t n_fresh[2], cap_fresh[2];
 	int rc[2];
+	uint64_t placed_many; /* sides of batches whose new ids the map's shards placed (step 2) */
 	uint64_t steps[3];    /* batches that took the three-step path / the two-sided serial one / the caller alone */
-	double step_s[3];     /* seconds in the three steps (lookups, ids not found, new rows' values) */
+	double step_s[3];     /* seconds in the three steps (lookups, ids not found, slots / marks / values) */
 	int sides_only;       /* benchmarks: the two-sided serial path for every large batch (as before the three steps) */
+	int one_by_one;       /* benchmarks: step 2 one id after another for every side (as before the shards) */
 } mfs_rows_t;
 
 /** Resolve rows of model m with `threads` threads (>= 1, the caller counted) once started.

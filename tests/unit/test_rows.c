@@ -117,6 +117,8 @@ static int same_touched(const mfs_touched_t *a, const mfs_touched_t *b)
 
 /* Resolve `nb` batches of n events with one thread and with `threads`, compare everything;
  * want_path: the path (rows.h steps[]) the pool's side must have taken for every batch. */
+static uint64_t g_placed_many; /* the pooled side's r->placed_many after the last check_same */
+
 static void check_same(size_t n, int nb, int str, int tracked, unsigned admit, int deletions, int threads,
                        int want_path)
 {
@@ -153,25 +155,87 @@ static void check_same(size_t n, int nb, int str, int tracked, unsigned admit, i
 	TEST_EQ_INT(r1.steps[2], nb); /* one thread: always the caller alone */
 	/* the batches brought new ids: the test would pass vacuously without */
 	TEST_ASSERT(m1->n_users > n / 8 && m1->n_items > 1000);
+	g_placed_many = r2.placed_many;
 	mfs_rows_free(&r1);
 	mfs_rows_free(&r2);
 	mfs_model_free(m1);
 	mfs_model_free(m2);
 }
 
+/* (each batch brings new users and new items: both sides placed by the shards, every batch) */
 static void test_three_steps_same_rows(void)
 {
 	check_same(20000, 4, 0, 0, 0, 0, 4, 0);
+	TEST_ASSERT(g_placed_many > 4); /* users every batch, items while some are new */
 	check_same(20000, 3, 0, 0, 0, 0, 2, 0);
 	check_same(50000, 2, 0, 0, 0, 0, 8, 0);
+	TEST_ASSERT(g_placed_many > 2);
 }
 
-static void test_three_steps_string_ids(void) { check_same(20000, 3, 1, 0, 0, 0, 4, 0); }
+static void test_three_steps_string_ids(void)
+{
+	check_same(20000, 3, 1, 0, 0, 0, 4, 0);
+	TEST_ASSERT(g_placed_many > 3);
+}
 
 static void test_three_steps_admission(void)
 {
-	/* ids seen fewer than 2 times get no row (MFS_ROW_NONE), in the same events either way */
+	/* ids seen fewer than 2 times get no row (MFS_ROW_NONE), in the same events either way;
+	 * admission decides id by id: no side is placed by the shards */
 	check_same(20000, 3, 0, 0, 2, 0, 4, 0);
+	TEST_EQ_INT(g_placed_many, 0);
+}
+
+/* A bound (model.max_users, new ids dropped when full, no tracking) and rows freed for reuse
+ * (a deletion in an earlier batch): new ids do not simply take the next row, so step 2 takes
+ * them one by one, and the rows are still those of one thread. */
+static void test_three_steps_bound_and_free_rows(void)
+{
+	for (int c = 0; c < 2; c++) {
+		mfs_model_t *m1 = new_model(0, 0), *m2 = new_model(0, 0);
+		if (c == 0)
+			m1->max_users = m2->max_users = 8000;
+		mfs_rows_t r1, r2;
+		TEST_OK(mfs_rows_init(&r1, m1, 1));
+		TEST_OK(mfs_rows_init(&r2, m2, 4));
+		TEST_OK(mfs_rows_start(&r2));
+		size_t dropped = 0;
+		for (int k = 0; k < 4; k++) {
+			batchset_t s;
+			make_batch(&s, 20000, 200 + (uint64_t)k, (uint64_t)k * 5000, 0);
+			if (c == 1 && k == 1) { /* rows of deleted users go on the free list */
+				s.b.del = calloc(300, sizeof *s.b.del);
+				s.b.del_at = calloc(300, sizeof *s.b.del_at);
+				for (size_t d = 0; d < 300; d++) {
+					s.b.del[d] = (mfs_event_t){.user = s.b.ev[d * 20].user, .op = MFS_OP_DEL_USER};
+					s.b.del_at[d] = s.b.n;
+				}
+				s.b.n_del = 300;
+			}
+			mfs_model_begin_batch(m1, 1000 + (uint32_t)k); /* (last batch's deletions: reusable rows) */
+			mfs_model_begin_batch(m2, 1000 + (uint32_t)k);
+			TEST_OK(mfs_rows_resolve(&r1, &s.b));
+			TEST_OK(mfs_rows_resolve(&r2, &s.b));
+			TEST_ASSERT_MSG(!memcmp(r1.u, r2.u, s.b.n * sizeof *r1.u), "case %d batch %d: user rows differ", c, k);
+			TEST_ASSERT_MSG(!memcmp(r1.i, r2.i, s.b.n * sizeof *r1.i), "case %d batch %d: item rows differ", c, k);
+			for (size_t j = 0; j < s.b.n; j++)
+				dropped += r2.u[j] == MFS_ROW_NONE;
+			free_batch(&s);
+		}
+		TEST_ASSERT_MSG(same_model(m1, m2), "case %d: models differ", c);
+		TEST_ASSERT(same_touched(&r1.tu, &r2.tu) && same_touched(&r1.ti, &r2.ti));
+		if (c == 0) /* the bound was reached: later new users dropped */
+			TEST_ASSERT_MSG(m2->n_users == 8000 && dropped > 0, "users %u dropped %zu", m2->n_users, dropped);
+		else /* the batch after the deletions reused the freed rows */
+			TEST_ASSERT_MSG(m2->life[0]->n_free == 0 && mfs_idmap_live(m2->users) == m2->n_users, "free %zu live %u users %u",
+			                m2->life[0]->n_free, mfs_idmap_live(m2->users), m2->n_users);
+		/* items always took the shards' path, users only where nothing stood in the way */
+		TEST_ASSERT_MSG(r2.placed_many >= 3 && r2.placed_many < 8, "placed many %llu", (unsigned long long)r2.placed_many);
+		mfs_rows_free(&r1);
+		mfs_rows_free(&r2);
+		mfs_model_free(m1);
+		mfs_model_free(m2);
+	}
 }
 
 static void test_tracked_and_deletions_serial_sides(void)
@@ -227,6 +291,7 @@ int main(void)
 	TEST_RUN(test_three_steps_same_rows);
 	TEST_RUN(test_three_steps_string_ids);
 	TEST_RUN(test_three_steps_admission);
+	TEST_RUN(test_three_steps_bound_and_free_rows);
 	TEST_RUN(test_tracked_and_deletions_serial_sides);
 	TEST_RUN(test_small_batch_on_caller);
 	TEST_RUN(test_engine_draws_new_rows);

@@ -1,6 +1,8 @@
 /* test_store.c - model_store: id text form, UTF-8 rules, idmap growth, model rows. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "model_store/admit.h"
@@ -116,6 +118,128 @@ static void test_idmap_growth(void)
 	uint32_t row;
 	TEST_EQ_INT(mfs_idmap_get_or_add(m, &bad, &row, NULL), MFS_EINVAL);
 	TEST_EQ_INT(mfs_idmap_size(m), N + 50000);
+	mfs_idmap_free(m);
+}
+
+/* ---- many new ids at once (mfs_idmap_add_*) ------------------------------------------- */
+
+typedef struct cand_ev {
+	mfs_id_t id;
+	char name[24];
+} cand_ev_t;
+
+/* Event x of batch b: mostly new ids (u64 and strings, some looking like numbers), every
+ * fifth repeating an earlier one of the batch, some known already. */
+static void make_cand(cand_ev_t *e, size_t x, uint32_t b)
+{
+	const uint64_t v = x % 5 == 4 ? x / 2 : x;
+	const uint64_t key = ((uint64_t)b << 32) + v;
+	if (x % 13 == 7)
+		*e = (cand_ev_t){.id = mfs_id_u64(key / 3)}; /* often known from an earlier batch */
+	else if (v % 3 == 0) {
+		int len = snprintf(e->name, sizeof e->name, v % 2 ? "s-%llx" : "%llu", (unsigned long long)key);
+		e->id = (mfs_id_t){MFS_ID_STR, (uint16_t)len, 0, e->name};
+	} else
+		e->id = mfs_id_u64(key * 2654435761u);
+}
+
+/* Batches of events through the shard steps (shards in a scrambled order, as threads would take
+ * them) against get_or_add one event after another: the same rows, keys and lookups, across
+ * table growth inside a batch, rehashes under way at a batch's start, and tombstones. */
+static void test_idmap_add_many(void)
+{
+	mfs_idmap_t *ref, *m;
+	TEST_OK(mfs_idmap_init(&ref));
+	TEST_OK(mfs_idmap_init(&m));
+	const size_t sizes[] = {1, 9, 700, 70000, 3, 5000, 200000, 40};
+	const size_t nb = sizeof sizes / sizeof *sizes;
+	mfs_idmap_add_t a = {0};
+	size_t placed = 0;
+	for (uint32_t b = 0; b < nb; b++) {
+		const size_t n = sizes[b];
+		cand_ev_t *ev = calloc(n, sizeof *ev);
+		uint64_t *h = calloc(n, sizeof *h);
+		uint32_t *want = calloc(n, sizeof *want), *got = calloc(n, sizeof *got), *idx = calloc(n, sizeof *idx);
+		TEST_ASSERT(ev && h && want && got && idx);
+		size_t nc = 0;
+		for (size_t x = 0; x < n; x++) {
+			make_cand(&ev[x], x, b);
+			h[x] = mfs_idmap_hash(&ev[x].id);
+			if ((got[x] = mfs_idmap_find_h(m, &ev[x].id, h[x])) == MFS_ROW_NONE)
+				idx[nc++] = (uint32_t)x;
+		}
+		for (size_t x = 0; x < n; x++)
+			TEST_OK(mfs_idmap_get_or_add(ref, &ev[x].id, &want[x], NULL));
+		a.n = nc;
+		a.base = (const char *)&ev[0].id;
+		a.stride = sizeof *ev;
+		a.idx = idx;
+		a.h = h;
+		TEST_OK(mfs_idmap_add_begin(m, &a));
+		TEST_EQ_INT(a.start[MFS_IDMAP_SHARDS], nc);
+		for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++)
+			mfs_idmap_add_shard(m, &a, (s * 7 + b) % MFS_IDMAP_SHARDS);
+		const uint32_t added = mfs_idmap_add_number(m, &a, got);
+		for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++)
+			mfs_idmap_add_end(m, &a, got, (s * 11 + b) % MFS_IDMAP_SHARDS);
+		placed += added;
+		size_t bad = 0;
+		for (size_t x = 0; x < n; x++)
+			bad += got[x] != want[x] || mfs_idmap_find_h(m, &ev[x].id, h[x]) != want[x];
+		TEST_ASSERT_MSG(bad == 0, "batch %u: %zu of %zu events with other rows", b, bad, n);
+		TEST_EQ_INT(mfs_idmap_size(m), mfs_idmap_size(ref));
+		TEST_EQ_INT(mfs_idmap_live(m), mfs_idmap_live(ref));
+		for (uint32_t r = a.n0; r < mfs_idmap_size(m); r++) {
+			const mfs_id_t k1 = mfs_idmap_key(m, r), k2 = mfs_idmap_key(ref, r);
+			if (k1.kind != k2.kind || k1.len != k2.len ||
+			    (k1.kind == MFS_ID_U64 ? k1.num != k2.num : memcmp(k1.str, k2.str, k1.len) != 0)) {
+				TEST_ASSERT_MSG(0, "batch %u: row %u holds another key", b, r);
+				break;
+			}
+		}
+		/* between batches: one id at a time, and removals (tombstones on later chains) */
+		for (uint32_t j = 0; j < 50; j++) {
+			mfs_id_t one = mfs_id_u64(0xabc000000ull + b * 100 + j);
+			uint32_t r1, r2;
+			TEST_OK(mfs_idmap_get_or_add(ref, &one, &r1, NULL));
+			TEST_OK(mfs_idmap_get_or_add(m, &one, &r2, NULL));
+			TEST_EQ_INT(r1, r2);
+		}
+		for (uint32_t r = b; r < mfs_idmap_size(m); r += 97) {
+			mfs_idmap_remove(ref, r);
+			mfs_idmap_remove(m, r);
+		}
+		free(ev);
+		free(h);
+		free(want);
+		free(got);
+		free(idx);
+	}
+	TEST_ASSERT(placed > 200000); /* most events were new: the steps did the work */
+	/* every id of the reference is found at its row, and removed ones nowhere */
+	size_t bad = 0;
+	for (uint32_t r = 0; r < mfs_idmap_size(ref); r++) {
+		const mfs_id_t k = mfs_idmap_key(ref, r);
+		if (k.kind)
+			bad += mfs_idmap_find(m, &k) != r;
+	}
+	TEST_EQ_INT(bad, 0);
+	/* a bad id: refused before anything changes */
+	const uint32_t size = mfs_idmap_size(m);
+	cand_ev_t ev[3] = {{.id = mfs_id_u64(0x5eed01)}, {.id = {MFS_ID_STR, 1, 0, "\xff"}}, {.id = mfs_id_u64(0x5eed02)}};
+	uint64_t h[3];
+	uint32_t idx[3] = {0, 1, 2};
+	for (int x = 0; x < 3; x++)
+		h[x] = mfs_idmap_hash(&ev[x].id);
+	a.n = 3;
+	a.base = (const char *)&ev[0].id;
+	a.idx = idx;
+	a.h = h;
+	TEST_EQ_INT(mfs_idmap_add_begin(m, &a), MFS_EINVAL);
+	TEST_EQ_INT(mfs_idmap_size(m), size);
+	TEST_EQ_INT(mfs_idmap_find(m, &ev[0].id), MFS_ROW_NONE);
+	mfs_idmap_add_free(&a);
+	mfs_idmap_free(ref);
 	mfs_idmap_free(m);
 }
 
@@ -294,6 +418,7 @@ int main(void)
 	TEST_RUN(test_id_parse);
 	TEST_RUN(test_id_utf8);
 	TEST_RUN(test_idmap_growth);
+	TEST_RUN(test_idmap_add_many);
 	TEST_RUN(test_model_rows);
 	TEST_RUN(test_model_init_normal);
 	TEST_RUN(test_model_rows_batched);
