@@ -23,16 +23,22 @@ int mfs_touched_mark_many(mfs_touched_t *t, const uint32_t *rows, size_t n)
 	}
 	if (mfs_grow((void **)&t->rows, &t->cap, t->n + n, sizeof *t->rows))
 		return ENOMEM;
+	/* without a branch on the bit: whether a row is new is as good as random (a batch repeats
+	 * rows the last ones touched), and a mispredicted branch costs more than the store */
+	uint32_t *out = t->rows;
+	size_t k = t->n;
 	for (size_t j = 0; j < n; j++) {
 		if (j + AHEAD < n && rows[j + AHEAD] != UINT32_MAX)
 			__builtin_prefetch(t->bits + rows[j + AHEAD] / 64, 1);
 		const uint32_t row = rows[j];
-		const uint64_t bit = (uint64_t)1 << (row % 64);
-		if (row == UINT32_MAX || (t->bits[row / 64] & bit))
+		if (row == UINT32_MAX)
 			continue;
-		t->bits[row / 64] |= bit;
-		t->rows[t->n++] = row;
+		const uint64_t bit = (uint64_t)1 << (row % 64), w = t->bits[row / 64];
+		t->bits[row / 64] = w | bit;
+		out[k] = row;
+		k += (w & bit) == 0;
 	}
+	t->n = k;
 	return 0;
 }
 
