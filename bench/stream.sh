@@ -142,6 +142,8 @@ for m in re.finditer(r'^mfstream_learner_seconds\{phase="(\w+)"\} (\S+)$', t, re
     print(m.group(1), m.group(2))
 for m in re.finditer(r'^mfstream_snapshot_seconds\{phase="(\w+)"\} (\S+)$', t, re.M):
     print("snapshot:" + m.group(1), m.group(2))
+for m in re.finditer(r'^mfstream_learner_rows_seconds\{step="(\w+)"\} (\S+)$', t, re.M):
+    print("rows:" + m.group(1), m.group(2))
 for name in ("mfstream_events_applied_total", "mfstream_events_held_out_total"):
     m = re.search(rf"^{name} (\S+)$", t, re.M)
     print(name, m.group(1) if m else 0)
@@ -154,7 +156,8 @@ before, after, wall, label, csv = sys.argv[1], sys.argv[2], float(sys.argv[3]), 
 load = lambda p: {k: float(v) for k, v in (l.split() for l in open(p) if l.strip())}
 b, a = load(before), load(after)
 ev = sum(a[k] - b.get(k, 0) for k in a if k.startswith("mfstream_events"))
-rows = [(k, a[k] - b.get(k, 0)) for k in a if not k.startswith(("mfstream_events", "snapshot:"))]
+rows = [(k, a[k] - b.get(k, 0)) for k in a if not k.startswith(("mfstream_events", "snapshot:", "rows:"))]
+split = [(k.split(":", 1)[1], a[k] - b.get(k, 0)) for k in a if k.startswith("rows:")]
 snap = [(k.split(":", 1)[1], a[k] - b.get(k, 0)) for k in a if k.startswith("snapshot:")]
 new = not os.path.exists(csv)
 with open(csv, "a") as f:
@@ -166,6 +169,13 @@ busy = sum(s for k, s in rows if k != "wait")
 print(f"  learner ({label}, {wall:.1f} s, {ev:.0f} events): busy {busy / wall:.0%}, "
       f"{busy * 1e9 / ev if ev else 0:.0f} ns/event: " +
       ", ".join(f"{k} {s / wall:.0%}" for k, s in sorted(rows, key=lambda r: -r[1]) if k != "wait" and s / wall >= 0.005))
+if split and ev:
+    with open(csv, "a") as f:
+        for k, s in split:
+            f.write(f"{label},rows_{k},{s:.3f},{s / wall:.3f},{s * 1e9 / ev:.1f}\n")
+    rest = dict(rows).get("rows", 0) - sum(s for _, s in split)
+    print("  learner rows phase, ns/event: " + ", ".join(f"{k} {s * 1e9 / ev:.1f}" for k, s in split) +
+          f", learner alone {rest * 1e9 / ev:.1f}")
 if snap:
     with open(csv, "a") as f:
         for k, s in snap:

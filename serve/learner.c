@@ -123,6 +123,7 @@ struct mfs_learner {
 	mfs_catalog_t *cat; /* metrics (NULL: none) */
 	/* where this thread's time goes: seconds per phase, and when the phase now running began */
 	double ph[MFS_LPH__COUNT], ph_t;
+	double seen_s; /* of ph[MFS_LPH_ROWS]: the seen-items tracker */
 	double st_next_s; /* next stats_update while idle */
 	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
 	uint64_t resets, resets_drained; /* batches whose reused rows the engine reset; of them, after a drain */
@@ -134,6 +135,13 @@ static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",   "gro
 const char *mfs_learner_phase_name(int phase)
 {
 	return phase >= 0 && phase < MFS_LPH__COUNT ? phase_names[phase] : NULL;
+}
+
+static const char *const rows_step_names[MFS_LRS__COUNT] = {"lookup", "new_ids", "finish", "seen_items"};
+
+const char *mfs_learner_rows_step_name(int step)
+{
+	return step >= 0 && step < MFS_LRS__COUNT ? rows_step_names[step] : NULL;
 }
 
 /* " learner_<phase><unit>=<sec / per>" for every phase (but wait unless with_wait), for logs */
@@ -189,6 +197,9 @@ static void stats_update(mfs_learner_t *l)
 	s.holdout_rmse = l->hold_rmse;
 	s.window_rmse = l->win_rmse;
 	memcpy(s.phase_s, l->ph, sizeof s.phase_s);
+	for (int x = 0; x < 3; x++)
+		s.rows_step_s[MFS_LRS_LOOKUP + x] = l->rows.step_s[x];
+	s.rows_step_s[MFS_LRS_SEEN_ITEMS] = l->seen_s;
 	double now = mfs_now_s();
 	l->st_next_s = now + 0.5;
 	if (now >= l->mem_next_s) { /* device memory: a driver call, so at most twice a second */
@@ -392,8 +403,12 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	}
 	/* trained or held out, the user rated the item: top-K leaves it out (each user's ratings in
 	 * order; the tracker's shards on the rows pool) */
-	if (l->rated && (rc = mfs_snap_rated_add_many(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par)))
-		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+	if (l->rated) {
+		const double t0 = mfs_now_s();
+		if ((rc = mfs_snap_rated_add_many(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par)))
+			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+		l->seen_s += mfs_now_s() - t0;
+	}
 	ph_mark(l, MFS_LPH_ROWS);
 	if (l->m->n_users != l->grown_users || l->m->n_items != l->grown_items) {
 		if ((rc = mfs_engine_grow(l->e)))

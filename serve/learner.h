@@ -45,6 +45,19 @@ enum mfs_learner_phase {
 /** "wait", "rows", ... (the label values; NULL out of range). */
 const char *mfs_learner_phase_name(int phase);
 
+/* Parts of the rows phase (mfstream_learner_rows_seconds{step}; serve/rows.h): the three
+ * steps of a batch resolved on the pool, and the seen-items tracker. What the rows phase holds
+ * beyond their sum runs on the learner alone (small batches, the holdout split, the mean). */
+enum mfs_learner_rows_step {
+	MFS_LRS_LOOKUP = 0, /* step 1: every id hashed and looked up */
+	MFS_LRS_NEW_IDS,    /* step 2: the ids not found get rows */
+	MFS_LRS_FINISH,     /* step 3: new slots name their rows, touched marks, new rows' values */
+	MFS_LRS_SEEN_ITEMS, /* the seen-items tracker (snapshot.seen_items) */
+	MFS_LRS__COUNT
+};
+/** "lookup", "new_ids", ... (the label values; NULL out of range). */
+const char *mfs_learner_rows_step_name(int step);
+
 typedef struct mfs_learner_stats {
 	uint64_t events_applied, events_held_out, messages, batches, snapshots;
 	uint64_t events_replayed;  /* replayed updates since the model began (serve.replay) */
@@ -66,6 +79,7 @@ typedef struct mfs_learner_stats {
 	double applied_p50_ms, applied_p99_ms; /* message create time -> applied by the engine */
 	double gpu_mem_used, gpu_mem_total; /* bytes; 0 with a host engine */
 	double phase_s[MFS_LPH__COUNT]; /* learner thread seconds per phase since start */
+	double rows_step_s[MFS_LRS__COUNT]; /* of phase_s[MFS_LPH_ROWS], seconds per part */
 } mfs_learner_stats_t;
 
 /** Commits offsets a published snapshot stores to the broker (lag monitoring only: recovery

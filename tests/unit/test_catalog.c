@@ -154,6 +154,29 @@ static void test_learner_phases_follow_the_enum(void)
 	mfs_metrics_free(r);
 }
 
+static void test_learner_rows_steps_follow_the_enum(void)
+{
+	mfs_metrics_t *r;
+	TEST_OK(mfs_metrics_init(&r));
+	mfs_catalog_t cat;
+	TEST_OK(mfs_catalog_register(r, &cat, errstr, sizeof errstr));
+	for (int i = 0; i < MFS_LRS__COUNT; i++) {
+		TEST_ASSERT_MSG(cat.learner_rows_seconds_at[i] != NULL, "step %d", i);
+		mfs_gauge_set(cat.learner_rows_seconds_at[i], i + 0.25);
+	}
+	TEST_ASSERT(cat.learner_rows_seconds_at[MFS_LRS__COUNT] == NULL);
+	TEST_ASSERT(mfs_learner_rows_step_name(MFS_LRS__COUNT) == NULL && mfs_learner_rows_step_name(-1) == NULL);
+	char *t;
+	TEST_OK(mfs_metrics_render(r, &t, NULL));
+	for (int i = 0; i < MFS_LRS__COUNT; i++) {
+		char s[128];
+		snprintf(s, sizeof s, "mfstream_learner_rows_seconds{step=\"%s\"}", mfs_learner_rows_step_name(i));
+		TEST_NEAR(sample(t, s), i + 0.25, 0);
+	}
+	free(t);
+	mfs_metrics_free(r);
+}
+
 /* mfstream_snapshot_seconds: capture first, then the writer's phases in the enum's order, by
  * the writer's names (learner.c adds phase x at index x + 1), then trim. */
 static void test_snapshot_phases_follow_the_enum(void)
@@ -251,6 +274,7 @@ int main(void)
 	TEST_RUN(test_register_and_render);
 	TEST_RUN(test_reject_reasons_follow_the_enum);
 	TEST_RUN(test_learner_phases_follow_the_enum);
+	TEST_RUN(test_learner_rows_steps_follow_the_enum);
 	TEST_RUN(test_snapshot_phases_follow_the_enum);
 	TEST_RUN(test_scrape_hook);
 	TEST_RUN(test_doc_matches_catalog);
