@@ -4,8 +4,10 @@
  * rt_slot[user row] is 1 + the index of the row's list in rt_lists (0: none since the clear), so
  * an add is one array lookup and, for a list not yet full, an append; a full list is a ring
  * (rl_head is the oldest entry). A list grows by doubling up to max, so a user with one rating
- * costs one small allocation, not max entries. Clearing frees the lists and zeroes the slots of
- * the users it held (not the whole index): O(users rated), not O(user rows).
+ * costs one small piece of a block, not max entries. Clearing drops the lists and zeroes the
+ * slots of the users it held (not the whole index): O(users rated), not O(user rows); it keeps
+ * the blocks the round filled for the next one, which on a steady stream spares a page fault
+ * per 4 KiB of entries (fresh memory) every round.
  *
  * Shards (mfs_snap_rated_init_shards): user row u belongs to shard u % shards, which holds the
  * index for its rows (u / shards) and their lists. mfs_snap_rated_add_many gives each shard to
@@ -21,6 +23,7 @@
 #include "common/err.h"
 #include "common/grow.h"
 #include "common/par.h"
+#include "model_store/life.h"
 #include "model_store/store.h"
 
 struct rated_ent {
@@ -47,23 +50,44 @@ struct rated_block {
 
 struct rated_shard {
 	struct rated_block *blocks; /* the one being filled first */
+	struct rated_block *spare;  /* blocks the last clear kept for the next lists */
+	uint32_t *mine;             /* add_many: the batch's events of this shard */
+	size_t mine_cap;
 	uint32_t *rt_slot; /* per user row of the shard (row / shards): 1 + index into rt_lists, 0 = none */
 	size_t rt_slot_cap;
 	struct rated_list *rt_lists;
 	size_t rt_n, rt_cap;
 	size_t rt_ents; /* entries the arena holds (its blocks' sizes) */
+	size_t spare_ents; /* entries the spare blocks hold */
 	int rc;         /* add_many: this shard's result */
 };
 
 struct mfs_snap_rated {
 	uint32_t rt_max;
 	uint32_t nsh;
+	uint64_t nsh_m; /* UINT64_MAX / nsh + 1 (0 for one shard): u / nsh and u % nsh without a divide */
 	struct rated_shard *sh;
 	/* add_many's batch, for the pool's tasks */
 	const mfs_model_t *m;
 	const uint32_t *au, *ai;
 	size_t an;
 };
+
+/* u / nsh and u % nsh for 32-bit u by two multiplications (Lemire, Kaser and Kurz, "Faster
+ * remainder by direct computation", 2019): exact for every 32-bit u and divisor. A divide per
+ * event and shard cost more than the rest of a shard's scan. */
+__extension__ typedef unsigned __int128 u128; /* (GCC and Clang on 64-bit targets) */
+
+static inline uint32_t fast_div(const mfs_snap_rated_t *r, uint32_t u)
+{
+	return r->nsh == 1 ? u : (uint32_t)(((u128)r->nsh_m * u) >> 64);
+}
+
+static inline uint32_t fast_mod(const mfs_snap_rated_t *r, uint32_t u)
+{
+	const uint64_t low = r->nsh_m * u;
+	return r->nsh == 1 ? 0 : (uint32_t)(((u128)low * r->nsh) >> 64);
+}
 
 static uint16_t row_gen(const mfs_model_t *m, int ent, uint32_t row)
 {
@@ -83,6 +107,7 @@ int mfs_snap_rated_init_shards(uint32_t max, uint32_t shards, mfs_snap_rated_t *
 	}
 	r->rt_max = max;
 	r->nsh = shards;
+	r->nsh_m = UINT64_MAX / shards + 1;
 	*out = r;
 	return 0;
 }
@@ -97,11 +122,17 @@ void mfs_snap_rated_clear(mfs_snap_rated_t *r)
 		struct rated_shard *h = &r->sh[x];
 		for (size_t j = 0; j < h->rt_n; j++)
 			h->rt_slot[h->rt_lists[j].rl_user / r->nsh] = 0;
-		while (h->blocks) {
-			struct rated_block *nx = h->blocks->next;
-			free(h->blocks);
-			h->blocks = nx;
+		/* the blocks this round filled are kept for the next (a steady stream needs as many
+		 * again, and fresh memory costs a page fault per 4 KiB); those it did not need are
+		 * given back */
+		while (h->spare) {
+			struct rated_block *nx = h->spare->next;
+			free(h->spare);
+			h->spare = nx;
 		}
+		h->spare = h->blocks;
+		h->blocks = NULL;
+		h->spare_ents = h->rt_ents;
 		h->rt_n = 0;
 		h->rt_ents = 0;
 		/* the list headers stay (their room is reused); give back a burst's worth */
@@ -118,9 +149,11 @@ void mfs_snap_rated_free(mfs_snap_rated_t *r)
 	if (!r)
 		return;
 	mfs_snap_rated_clear(r);
+	mfs_snap_rated_clear(r); /* (the second gives back the blocks the first kept) */
 	for (uint32_t x = 0; x < r->nsh; x++) {
 		free(r->sh[x].rt_lists);
 		free(r->sh[x].rt_slot);
+		free(r->sh[x].mine);
 	}
 	free(r->sh);
 	free(r);
@@ -143,7 +176,8 @@ size_t mfs_snap_rated_bytes(const mfs_snap_rated_t *r)
 	size_t b = sizeof *r + r->nsh * sizeof *r->sh;
 	for (uint32_t x = 0; x < r->nsh; x++) {
 		const struct rated_shard *h = &r->sh[x];
-		b += h->rt_slot_cap * sizeof *h->rt_slot + h->rt_cap * sizeof *h->rt_lists + h->rt_ents * sizeof(struct rated_ent);
+		b += h->rt_slot_cap * sizeof *h->rt_slot + h->rt_cap * sizeof *h->rt_lists +
+		     (h->rt_ents + h->spare_ents) * sizeof(struct rated_ent);
 	}
 	return b;
 }
@@ -163,8 +197,11 @@ static struct rated_ent *arena_take(struct rated_shard *h, uint32_t max, size_t 
 	struct rated_block *bl = h->blocks;
 	if (!bl || bl->size - bl->used < n) {
 		const size_t size = (size_t)max > (1u << 16) ? max : (1u << 16);
-		struct rated_block *nb = malloc(sizeof *nb + size * sizeof nb->e[0]);
-		if (!nb)
+		struct rated_block *nb = h->spare;
+		if (nb) {
+			h->spare = nb->next;
+			h->spare_ents -= nb->size;
+		} else if (!(nb = malloc(sizeof *nb + size * sizeof nb->e[0])))
 			return NULL;
 		h->rt_ents += size;
 		nb->used = 0;
@@ -177,9 +214,10 @@ static struct rated_ent *arena_take(struct rated_shard *h, uint32_t max, size_t 
 	return p;
 }
 
-static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model_t *m, uint32_t u, uint32_t i)
+/* ug, ig: the generations of rows u and i (row_gen) */
+static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, uint32_t u, uint16_t ug, uint32_t i, uint16_t ig)
 {
-	const uint32_t su = u / r->nsh;
+	const uint32_t su = fast_div(r, u);
 	if (su >= h->rt_slot_cap) {
 		size_t cap = h->rt_slot_cap ? h->rt_slot_cap : 1024;
 		while (cap <= su)
@@ -191,7 +229,6 @@ static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model
 		h->rt_slot = s;
 		h->rt_slot_cap = cap;
 	}
-	const uint16_t ug = row_gen(m, 0, u);
 	struct rated_list *l;
 	if (h->rt_slot[su]) {
 		l = &h->rt_lists[h->rt_slot[su] - 1];
@@ -204,7 +241,7 @@ static int shard_add(mfs_snap_rated_t *r, struct rated_shard *h, const mfs_model
 		*l = (struct rated_list){.rl_user = u, .rl_ugen = ug};
 		h->rt_slot[su] = (uint32_t)h->rt_n;
 	}
-	const struct rated_ent e = {i, row_gen(m, 1, i)};
+	const struct rated_ent e = {i, ig};
 	if (l->rl_n == r->rt_max) { /* full: overwrite the oldest */
 		l->rl_e[l->rl_head] = e;
 		l->rl_head = l->rl_head + 1 == r->rt_max ? 0 : l->rl_head + 1;
@@ -230,19 +267,54 @@ int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, ui
 {
 	if (u == MFS_ROW_NONE || i == MFS_ROW_NONE)
 		return 0;
-	return shard_add(r, &r->sh[u % r->nsh], m, u, i);
+	return shard_add(r, &r->sh[fast_mod(r, u)], u, row_gen(m, 0, u), i, row_gen(m, 1, i));
 }
 
+/* A shard's events of the batch: first gathered (without a branch), so that the slots, the list
+ * headers and the lists' next entries can be prefetched ahead in three stages, each using what
+ * the one before brought in (the tables span far more than the caches on a stream of new
+ * users). Row generations are read only once rows have been freed (model_store/life.h: before
+ * that every generation is 0). */
 static void add_task(void *arg, size_t x)
 {
+	enum { AHEAD_SLOT = 24, AHEAD_LIST = 16, AHEAD_ENT = 8 };
 	mfs_snap_rated_t *r = arg;
 	struct rated_shard *h = &r->sh[x];
-	const uint32_t nsh = r->nsh;
+	const uint32_t *au = r->au, *ai = r->ai;
 	h->rc = 0;
-	for (size_t j = 0; j < r->an && !h->rc; j++) {
-		const uint32_t u = r->au[j], i = r->ai[j];
-		if (u != MFS_ROW_NONE && i != MFS_ROW_NONE && u % nsh == x)
-			h->rc = shard_add(r, h, r->m, u, i);
+	if (mfs_grow((void **)&h->mine, &h->mine_cap, r->an, sizeof *h->mine)) {
+		h->rc = ENOMEM;
+		return;
+	}
+	uint32_t *mine = h->mine;
+	size_t k = 0;
+	for (size_t j = 0; j < r->an; j++) {
+		const uint32_t u = au[j];
+		mine[k] = (uint32_t)j;
+		k += u != MFS_ROW_NONE && ai[j] != MFS_ROW_NONE && fast_mod(r, u) == x;
+	}
+	const int gens = mfs_model_frees(r->m) != 0;
+	for (size_t y = 0; y < k && !h->rc; y++) {
+		if (y + AHEAD_SLOT < k) {
+			const uint32_t su = fast_div(r, au[mine[y + AHEAD_SLOT]]);
+			if (su < h->rt_slot_cap)
+				__builtin_prefetch(&h->rt_slot[su]);
+		}
+		if (y + AHEAD_LIST < k) {
+			const uint32_t su = fast_div(r, au[mine[y + AHEAD_LIST]]);
+			if (su < h->rt_slot_cap && h->rt_slot[su])
+				__builtin_prefetch(&h->rt_lists[h->rt_slot[su] - 1]);
+		}
+		if (y + AHEAD_ENT < k) {
+			const uint32_t su = fast_div(r, au[mine[y + AHEAD_ENT]]);
+			if (su < h->rt_slot_cap && h->rt_slot[su]) {
+				const struct rated_list *l = &h->rt_lists[h->rt_slot[su] - 1];
+				if (l->rl_n < l->rl_cap)
+					__builtin_prefetch(&l->rl_e[l->rl_n], 1);
+			}
+		}
+		const uint32_t j = mine[y], u = au[j], i = ai[j];
+		h->rc = shard_add(r, h, u, gens ? row_gen(r->m, 0, u) : 0, i, gens ? row_gen(r->m, 1, i) : 0);
 	}
 }
 

@@ -12,7 +12,9 @@
  *
  * Memory: 4 bytes per user row (the index), 24 bytes per user rated since the clear, 8 bytes
  * per kept rating (capacity doubles up to `max`): at most 4 U + (24 + 8 max) R bytes for U user
- * rows and R users rated since the clear (R <= U); after a clear only the index stays.
+ * rows and R users rated since the clear (R <= U); after a clear the index stays, and the
+ * entries' blocks the last round filled, kept for the next (a clear gives back those it kept
+ * before and the round did not need).
  *
  * Threads: none of its own (add_many runs the shards on a pool the caller gives); one thread
  * (the learner, or train's) adds, stages and clears, or
@@ -50,7 +52,7 @@ size_t mfs_snap_rated_users(const mfs_snap_rated_t *r);
 /** Bytes the tracker holds now. */
 size_t mfs_snap_rated_bytes(const mfs_snap_rated_t *r);
 /** Forget every kept rating (after a stage took them); the per-row index keeps its size, the
- *  lists are freed. */
+ *  entries' blocks this round filled are kept for the next round, the others freed. */
 void mfs_snap_rated_clear(mfs_snap_rated_t *r);
 
 /** One user's kept list as m's rows, oldest first: the user row, and up to max item rows in

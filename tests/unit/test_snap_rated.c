@@ -72,6 +72,11 @@ static void test_ring(void)
 	const size_t full = mfs_snap_rated_bytes(r);
 	mfs_snap_rated_clear(r);
 	TEST_EQ_INT(mfs_snap_rated_users(r), 0);
+	TEST_EQ_INT(mfs_snap_rated_bytes(r), full); /* the block kept for the next round */
+	TEST_OK(mfs_snap_rated_add(r, m, u, it[0])); /* a round that takes the kept block */
+	TEST_EQ_INT(mfs_snap_rated_bytes(r), full);
+	mfs_snap_rated_clear(r);
+	mfs_snap_rated_clear(r); /* a round that needed no block: the kept one is given back */
 	TEST_ASSERT(mfs_snap_rated_bytes(r) < full);
 	mfs_snap_rated_free(r);
 	mfs_model_free(m);
@@ -84,6 +89,8 @@ static void lists_of(const mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t m
 	for (size_t j = 0; j < mfs_snap_rated_users(r); j++) {
 		uint32_t u, got[8];
 		const size_t n = mfs_snap_rated_list(r, m, j, &u, got);
+		if (u == MFS_ROW_NONE && n == 0) /* the list of a row freed since (not written) */
+			continue;
 		TEST_ASSERT(u < users && n <= max);
 		if (u >= users)
 			continue;
@@ -143,6 +150,37 @@ static void test_shards(void)
 	}
 	TEST_EQ_INT(same, (USERS + 6) / 7);
 	TEST_ASSERT(some > USERS / 14);
+	/* rows freed and given to new ids: their new lists start afresh, sharded or not (the
+	 * shards read row generations only once rows have been freed) */
+	for (uint32_t x = 0; x < USERS; x += 10) {
+		const mfs_id_t id = mfs_id_u64(1 + x);
+		TEST_EQ_INT(mfs_model_delete(m, 0, &id), 1);
+	}
+	for (uint32_t x = 0; x < ITEMS; x += 25) {
+		const mfs_id_t id = mfs_id_u64(1 + x);
+		TEST_EQ_INT(mfs_model_delete(m, 1, &id), 1);
+	}
+	mfs_model_begin_batch(m, 1); /* the deletions' rows free for reuse */
+	for (uint32_t x = 0; x < USERS; x += 10)
+		add_user(m, mfs_id_u64(100000 + x));
+	for (uint32_t x = 0; x < ITEMS; x += 25)
+		add_item(m, mfs_id_u64(100000 + x));
+	TEST_ASSERT_MSG(m->n_users == USERS && m->n_items == ITEMS && mfs_model_frees(m) > 0,
+	                "the new ids took the freed rows: users %u items %u", m->n_users, m->n_items);
+	for (size_t j = 0; j < 1024; j++) { /* the new ids rate, on rows that had lists */
+		u[j] = ur[mfs_rng_below(&g, USERS / 10) * 10];
+		it[j] = ir[mfs_rng_below(&g, ITEMS)];
+	}
+	for (size_t j = 0; j < 1024; j++)
+		TEST_OK(mfs_snap_rated_add(one, m, u[j], it[j]));
+	TEST_OK(mfs_snap_rated_add_many(sh, m, u, it, 1024, par));
+	lists_of(one, m, MAX, USERS, l1);
+	lists_of(sh, m, MAX, USERS, l2);
+	TEST_ASSERT_MSG(!memcmp(l1, l2, (size_t)USERS * (MAX + 1) * sizeof *l1), "the sharded lists differ after reuse");
+	size_t fresh = 0;
+	for (uint32_t x = 0; x < USERS; x += 10)
+		fresh += l1[ur[x] * (MAX + 1)] > 0 && l1[ur[x] * (MAX + 1)] < MAX;
+	TEST_ASSERT(fresh > USERS / 40); /* lists of the new ids, not the old ones' full rings */
 	mfs_snap_rated_clear(sh);
 	TEST_EQ_INT(mfs_snap_rated_users(sh), 0);
 	mfs_par_free(par);
