@@ -36,7 +36,7 @@ function(mfs_stage)
 endfunction()
 
 mfs_stage(NAME common FOLDERS common
-  SOURCES common/err.c common/fault.c common/log.c common/offsets.c common/par.c
+  SOURCES common/err.c common/fault.c common/keycount.c common/log.c common/offsets.c common/par.c
   LINK Threads::Threads m)
 mfs_stage(NAME config FOLDERS config common
   SOURCES config/config.c

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/keycount.h"
 #include "gpu/cuda/cuda_try.h"
 #include "gpu/cuda/runs_layout.h"
 #include "gpu/engine_int.h"
@@ -110,8 +111,7 @@ struct cuda_impl {
 	double *d_part; /* loss partial sums: 2 per block */
 	size_t part_cap;
 	size_t rows_per_warp; /* optional Hogwild concurrency cap, 0 = none (see sgd_launch) */
-	uint32_t *cnt_u, *cnt_i; /* host row counters for batch scales (kept zeroed between uses) */
-	uint32_t cnt_cap_u, cnt_cap_i;
+	mfs_keycount_t cnt_u, cnt_i; /* a batch's rows' counts, for its scales (scales_into) */
 	float *h_ru, *h_ri;      /* host per-rating scales */
 	size_t h_r_cap;
 	double plain_c; /* engine.cuda.plain_c: rows with expected concurrency <= this take plain stores */

@@ -161,8 +161,8 @@ static void cuda_close(mfs_engine_t *e)
 	cudaFree(c->batch.i);
 	cudaFree(c->batch.r);
 	cudaFree(c->d_part);
-	free(c->cnt_u);
-	free(c->cnt_i);
+	mfs_keycount_free(&c->cnt_u);
+	mfs_keycount_free(&c->cnt_i);
 	free(c->h_ru);
 	free(c->h_ri);
 	if (c->stream)

@@ -334,51 +334,24 @@ double hot_c(const mfs_engine_t *e)
 	return byrate < HOT_C ? byrate : HOT_C;
 }
 
-/* Grow a zeroed counter array to cover `rows`. */
-static int grow_counts(uint32_t **cnt, uint32_t *cap, uint32_t rows)
-{
-	if (rows <= *cap)
-		return 0;
-	uint32_t nc = *cap ? *cap : 1024;
-	while (nc < rows)
-		nc = nc > UINT32_MAX / 2 ? rows : nc * 2;
-	uint32_t *n = (uint32_t *)realloc(*cnt, (size_t)nc * sizeof *n);
-	if (!n)
-		return ENOMEM;
-	memset(n + *cap, 0, (size_t)(nc - *cap) * sizeof *n);
-	*cnt = n;
-	*cap = nc;
-	return 0;
-}
-
 /* Per-rating row modes of batch b into ru/ri (n floats each): 1, or HOT_C / c for a row held by
- * c > HOT_C warps at once, with `inflight` ratings held at once. *hot: some row is hot. */
+ * c > HOT_C warps at once, with `inflight` ratings held at once. *hot: some row is hot. The
+ * rows' counts in the batch come from tables sized to the batch (common/keycount.h), not a
+ * counter per model row: those were three random reads per rating over the whole user table. */
 int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot)
 {
 	struct cuda_impl *c = impl_of(e);
 	*hot = 0;
-	const mfs_model_t *m = e->model;
 	int rc;
-	if ((rc = grow_counts(&c->cnt_u, &c->cnt_cap_u, m->n_users)) ||
-	    (rc = grow_counts(&c->cnt_i, &c->cnt_cap_i, m->n_items)))
+	if ((rc = mfs_keycount_fill(&c->cnt_u, b->u, b->n)) || (rc = mfs_keycount_fill(&c->cnt_i, b->i, b->n)))
 		return rc;
-	for (size_t x = 0; x < b->n; x++) {
-		if (x + 16 < b->n) { /* the counters are scattered over tables larger than the caches */
-			__builtin_prefetch(c->cnt_u + b->u[x + 16], 1);
-			__builtin_prefetch(c->cnt_i + b->i[x + 16], 1);
-		}
-		c->cnt_u[b->u[x]]++;
-		c->cnt_i[b->i[x]]++;
-	}
 	const double k = inflight / (double)b->n, hc = hot_c(e); /* c_r = k * n_r */
 	for (size_t x = 0; x < b->n; x++) {
-		double cu = k * c->cnt_u[b->u[x]], ci = k * c->cnt_i[b->i[x]];
+		double cu = k * mfs_keycount_get(&c->cnt_u, b->u[x]), ci = k * mfs_keycount_get(&c->cnt_i, b->i[x]);
 		ru[x] = cu > hc ? (float)(hc / cu) : 1.0f;
 		ri[x] = ci > hc ? (float)(hc / ci) : 1.0f;
 		*hot |= cu > hc || ci > hc;
 	}
-	for (size_t x = 0; x < b->n; x++) /* reset what was counted */
-		c->cnt_u[b->u[x]] = c->cnt_i[b->i[x]] = 0;
 	return 0;
 }
 
