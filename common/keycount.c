@@ -40,8 +40,24 @@ int mfs_keycount_fill(mfs_keycount_t *t, const uint32_t *keys, size_t n)
 	return 0;
 }
 
+int mfs_keycount_bound(mfs_keycount_t *t, const uint32_t *keys, size_t n, uint32_t *bound)
+{
+	*bound = 0;
+	if (!t->bucket && !(t->bucket = malloc(MFS_KEYCOUNT_BUCKETS * sizeof *t->bucket)))
+		return ENOMEM;
+	uint32_t *c = t->bucket, top = 0;
+	memset(c, 0, MFS_KEYCOUNT_BUCKETS * sizeof *c);
+	for (size_t j = 0; j < n; j++) {
+		const uint32_t v = ++c[(uint64_t)keys[j] * 0x9E3779B97F4A7C15ull >> (64 - MFS_KEYCOUNT_BUCKET_BITS)];
+		top = v > top ? v : top;
+	}
+	*bound = top;
+	return 0;
+}
+
 void mfs_keycount_free(mfs_keycount_t *t)
 {
+	free(t->bucket);
 	free(t->slot);
 	*t = (mfs_keycount_t){0};
 }

@@ -335,19 +335,28 @@ double hot_c(const mfs_engine_t *e)
 }
 
 /* Per-rating row modes of batch b into ru/ri (n floats each): 1, or HOT_C / c for a row held by
- * c > HOT_C warps at once, with `inflight` ratings held at once. *hot: some row is hot. The
- * rows' counts in the batch come from tables sized to the batch (common/keycount.h), not a
- * counter per model row: those were three random reads per rating over the whole user table. */
+ * c > HOT_C warps at once, with `inflight` ratings held at once. *hot: some row is hot (ru and
+ * ri are left as they were when none is). The rows' counts in the batch come from tables sized
+ * to the batch (common/keycount.h), not a counter per model row (three random reads per rating
+ * over the whole user table); a side whose bucket bound says no row of it can be hot is not
+ * counted exactly. */
 int scales_into(mfs_engine_t *e, const mfs_batch_t *b, double inflight, float *ru, float *ri, int *hot)
 {
 	struct cuda_impl *c = impl_of(e);
 	*hot = 0;
 	int rc;
-	if ((rc = mfs_keycount_fill(&c->cnt_u, b->u, b->n)) || (rc = mfs_keycount_fill(&c->cnt_i, b->i, b->n)))
-		return rc;
 	const double k = inflight / (double)b->n, hc = hot_c(e); /* c_r = k * n_r */
+	uint32_t bu, bi;
+	if ((rc = mfs_keycount_bound(&c->cnt_u, b->u, b->n, &bu)) || (rc = mfs_keycount_bound(&c->cnt_i, b->i, b->n, &bi)))
+		return rc;
+	const int mu = k * bu > hc, mi = k * bi > hc;
+	if (!mu && !mi)
+		return 0;
+	if ((mu && (rc = mfs_keycount_fill(&c->cnt_u, b->u, b->n))) || (mi && (rc = mfs_keycount_fill(&c->cnt_i, b->i, b->n))))
+		return rc;
 	for (size_t x = 0; x < b->n; x++) {
-		double cu = k * mfs_keycount_get(&c->cnt_u, b->u[x]), ci = k * mfs_keycount_get(&c->cnt_i, b->i[x]);
+		double cu = mu ? k * mfs_keycount_get(&c->cnt_u, b->u[x]) : 0,
+		       ci = mi ? k * mfs_keycount_get(&c->cnt_i, b->i[x]) : 0;
 		ru[x] = cu > hc ? (float)(hc / cu) : 1.0f;
 		ri[x] = ci > hc ? (float)(hc / ci) : 1.0f;
 		*hot |= cu > hc || ci > hc;

@@ -61,8 +61,43 @@ static void test_counts(void)
 	mfs_keycount_free(&t); /* (twice: a no-op) */
 }
 
+/* The bound is at least every key's count (a key's count adds up in its bucket), small when
+ * no key is frequent, and at least a frequent key's count. */
+static void test_bound(void)
+{
+	mfs_keycount_t t = {0};
+	enum { N = 65536 };
+	uint32_t *keys = malloc(N * sizeof *keys);
+	TEST_ASSERT(keys != NULL);
+	mfs_rng_t g;
+	mfs_rng_seed(&g, 5);
+	for (int c = 0; c < 3; c++) {
+		for (size_t j = 0; j < N; j++) /* rows of a window of recent users; then with one hot row */
+			keys[j] = c == 1 && j % 50 == 0 ? 123456u : 20000000u + (uint32_t)mfs_rng_below(&g, 1000000);
+		if (c == 2) /* every key the same */
+			for (size_t j = 0; j < N; j++)
+				keys[j] = 7;
+		uint32_t bound;
+		TEST_OK(mfs_keycount_bound(&t, keys, N, &bound));
+		TEST_OK(mfs_keycount_fill(&t, keys, N));
+		uint32_t top = 0;
+		for (size_t j = 0; j < N; j++) {
+			const uint32_t v = mfs_keycount_get(&t, keys[j]);
+			top = v > top ? v : top;
+		}
+		TEST_ASSERT_MSG(bound >= top, "case %d: bound %u below a count %u", c, bound, top);
+		if (c == 0) /* ~8 keys a bucket: far below a hot row's count at any batch size */
+			TEST_ASSERT_MSG(bound < 64, "uniform keys: bound %u", bound);
+		else
+			TEST_ASSERT(top == (c == 1 ? (N + 49) / 50 : N));
+	}
+	free(keys);
+	mfs_keycount_free(&t);
+}
+
 int main(void)
 {
 	TEST_RUN(test_counts);
+	TEST_RUN(test_bound);
 	return TEST_REPORT();
 }
