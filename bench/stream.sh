@@ -50,7 +50,8 @@ bin=$build/mfstream
 tmp=$(mktemp -d)
 # on the way out (a run that fell behind exits early) stop serve and the producers and wait
 # for them: a GPU job run next must not share the device with serve's shutdown
-trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$tmp"' EXIT
+# KEEP_LOGS=DIR keeps serve's and the producers' logs there
+trap 'kill $(jobs -p) 2>/dev/null || true; wait; [ -n "${KEEP_LOGS:-}" ] && cp "$tmp"/*.log "$KEEP_LOGS"/ 2>/dev/null; rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 events_applied() { # events applied + held out in the snapshot at $1 (0 when none); the C
 	# reader, so the GPU machine (no python3-lmdb) can run this too

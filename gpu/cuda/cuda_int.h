@@ -93,6 +93,9 @@ struct pk_host {
 	unsigned int *d_resident;                     /* blocks of this launch that started */
 	uint64_t published, next_chunk; /* slots published, chunks published */
 	uint64_t waits;                 /* submits that found the ring full */
+	/* where pk_submit's time went (seconds; logged when the engine closes): waiting for a
+	 * free slot, copying into pinned staging, the hot-row scales, queueing the copies */
+	double wait_s, stage_s, scales_s, queue_s;
 };
 
 struct cuda_impl {
@@ -109,6 +112,8 @@ struct cuda_impl {
 	struct dev_set batch; /* staging for mfs_engine_sgd/loss batches */
 	size_t batch_cap;
 	double *d_part; /* loss partial sums: 2 per block */
+	uint64_t loss_calls;            /* cuda_loss: calls, seconds uploading and computing (logged at close) */
+	double loss_upload_s, loss_run_s;
 	size_t part_cap;
 	size_t rows_per_warp; /* optional Hogwild concurrency cap, 0 = none (see sgd_launch) */
 	mfs_keycount_t cnt_u, cnt_i; /* a batch's rows' counts, for its scales (scales_into) */

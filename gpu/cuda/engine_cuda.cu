@@ -137,6 +137,13 @@ static void cuda_close(mfs_engine_t *e)
 	struct cuda_impl *c = impl_of(e);
 	if (!c)
 		return;
+	if (c->pk.published)
+		mfs_info("cuda", "msg=\"ring submits\" slots=%llu full=%llu wait_s=%.3f stage_s=%.3f scales_s=%.3f queue_s=%.3f",
+		         (unsigned long long)c->pk.published, (unsigned long long)c->pk.waits, c->pk.wait_s, c->pk.stage_s,
+		         c->pk.scales_s, c->pk.queue_s);
+	if (c->loss_calls)
+		mfs_info("cuda", "msg=\"loss calls\" calls=%llu upload_s=%.3f run_s=%.3f", (unsigned long long)c->loss_calls,
+		         c->loss_upload_s, c->loss_run_s);
 	pk_free(c);
 	cudaFree(c->g_rows);
 	cudaFree(c->g_F);

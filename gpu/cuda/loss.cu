@@ -209,6 +209,14 @@ int loss_launch(mfs_engine_t *e, const struct dev_set *s, mfs_loss_t *out)
 
 int cuda_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
 {
+	struct cuda_impl *c = impl_of(e);
+	const double t0 = mfs_now_s();
 	int rc = stage_batch(e, b);
-	return rc ? rc : loss_launch(e, &impl_of(e)->batch, out);
+	const double t1 = mfs_now_s();
+	if (!rc)
+		rc = loss_launch(e, &c->batch, out);
+	c->loss_calls++;
+	c->loss_upload_s += t1 - t0;
+	c->loss_run_s += mfs_now_s() - t1;
+	return rc;
 }

@@ -501,18 +501,22 @@ int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 	for (size_t off = 0; off < b->n;) {
 		const size_t n = b->n - off < h->cap ? b->n - off : h->cap;
 		uint32_t s;
+		const double t0 = mfs_now_s();
 		if ((rc = pk_slot(e, &s)))
 			return rc;
+		const double t1 = mfs_now_s();
 		const size_t base = (size_t)s * h->cap;
 		memcpy(h->h_u + base, b->u + off, n * sizeof *h->h_u);
 		memcpy(h->h_i + base, b->i + off, n * sizeof *h->h_i);
 		memcpy(h->h_r + base, b->r + off, n * sizeof *h->h_r);
+		const double t2 = mfs_now_s();
 		const mfs_batch_t piece = {b->u + off, b->i + off, b->r + off, n};
 		const double inflight = (double)h->grid * WARPS_PER_BLOCK * c->hog_g;
 		int hot = 0;
 		if ((rc = scales_into(e, &piece, inflight < (double)n ? inflight : (double)n, h->h_su + base, h->h_si + base,
 		                      &hot)))
 			return rc;
+		const double t3 = mfs_now_s();
 		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_u + base, h->h_u + base, n * sizeof *h->d_u, cudaMemcpyHostToDevice, h->copy));
 		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_i + base, h->h_i + base, n * sizeof *h->d_i, cudaMemcpyHostToDevice, h->copy));
 		MFS_CUDA_TRY(cudaMemcpyAsync(h->d_r + base, h->h_r + base, n * sizeof *h->d_r, cudaMemcpyHostToDevice, h->copy));
@@ -532,6 +536,10 @@ int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 		hd->du = hd->di = 1.f;
 		if ((rc = pk_publish(e, s, n, lr_scale)))
 			return rc;
+		h->wait_s += t1 - t0;
+		h->stage_s += t2 - t1;
+		h->scales_s += t3 - t2;
+		h->queue_s += mfs_now_s() - t3;
 		off += n;
 	}
 	if (!repeat) /* applied once consumed: snapshots quiesce first */
