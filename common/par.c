@@ -5,7 +5,9 @@
  * itself done. The caller takes tasks too, then waits until every worker of that generation
  * has finished its last task (a task may still run on a worker after the counter ran out).
  * Workers sleep on a condition variable between jobs: a step costs one broadcast and one wake
- * per worker (~10-50 us), so callers use the pool for steps of a millisecond or more.
+ * per worker (~10-50 us), so callers use the pool for steps of a millisecond or more. A step
+ * begun with mfs_par_start is the same job without the caller taking tasks; `pending` says a
+ * wait is owed before the next job.
  */
 #include "common/par.h"
 
@@ -26,6 +28,7 @@ struct mfs_par {
 	unsigned long gen; /* job number; a worker runs each once */
 	int quit;
 	int busy;          /* workers still in the current job */
+	int pending;       /* a job from mfs_par_start not waited for yet */
 	mfs_par_fn fn;
 	void *arg;
 	size_t n;
@@ -99,15 +102,9 @@ int mfs_par_init(mfs_par_t **out, int threads, const char *name)
 
 int mfs_par_threads(const mfs_par_t *p) { return p ? p->threads : 1; }
 
-void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
+/* Hand job (fn, arg, n) to the workers (the pool has some, and no job is under way). */
+static void post(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
 {
-	if (!n)
-		return;
-	if (!p || p->started == 0 || n == 1) {
-		for (size_t t = 0; t < n; t++)
-			fn(arg, t);
-		return;
-	}
 	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->arg = arg;
@@ -117,17 +114,58 @@ void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
 	p->gen++;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
-	take_tasks(p, fn, arg, n);
+}
+
+static void wait_workers(mfs_par_t *p)
+{
 	pthread_mutex_lock(&p->mu);
 	while (p->busy)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }
 
+void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
+{
+	if (!n)
+		return;
+	mfs_par_wait(p);
+	if (!p || p->started == 0 || n == 1) {
+		for (size_t t = 0; t < n; t++)
+			fn(arg, t);
+		return;
+	}
+	post(p, n, fn, arg);
+	take_tasks(p, fn, arg, n);
+	wait_workers(p);
+}
+
+void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
+{
+	if (!n)
+		return;
+	mfs_par_wait(p);
+	if (!p || p->started == 0) {
+		for (size_t t = 0; t < n; t++)
+			fn(arg, t);
+		return;
+	}
+	post(p, n, fn, arg);
+	p->pending = 1;
+}
+
+void mfs_par_wait(mfs_par_t *p)
+{
+	if (!p || !p->pending)
+		return;
+	wait_workers(p);
+	p->pending = 0;
+}
+
 void mfs_par_free(mfs_par_t *p)
 {
 	if (!p)
 		return;
+	mfs_par_wait(p);
 	pthread_mutex_lock(&p->mu);
 	p->quit = 1;
 	pthread_cond_broadcast(&p->go);

@@ -22,6 +22,12 @@ int mfs_par_init(mfs_par_t **out, int threads, const char *name);
 int mfs_par_threads(const mfs_par_t *p);
 /** fn(arg, t) for every t < n; returns when all have returned. One caller at a time. */
 void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
+/** The same on the workers alone, returning at once: the caller goes on with other work and
+ *  calls mfs_par_wait before it uses what the tasks write (a pool without workers runs them
+ *  here). mfs_par_run and mfs_par_free wait for a started step first. */
+void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
+/** Return when the step mfs_par_start began has run every task (at once if none is under way). */
+void mfs_par_wait(mfs_par_t *p);
 /** Stop and join the workers (idle), and free the pool. NULL is a no-op. */
 void mfs_par_free(mfs_par_t *p);
 

@@ -123,7 +123,8 @@ struct mfs_learner {
 	mfs_catalog_t *cat; /* metrics (NULL: none) */
 	/* where this thread's time goes: seconds per phase, and when the phase now running began */
 	double ph[MFS_LPH__COUNT], ph_t;
-	double seen_s; /* of ph[MFS_LPH_ROWS]: the seen-items tracker */
+	double seen_s; /* the seen-items tracker: starting it, and waiting for it (rated_join) */
+	int rated_pending; /* the tracker's adds of the last batch may still run on the pool */
 	double st_next_s; /* next stats_update while idle */
 	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
 	uint64_t resets, resets_drained; /* batches whose reused rows the engine reset; of them, after a drain */
@@ -368,11 +369,26 @@ static int reset_reused(mfs_learner_t *l)
 	return 0;
 }
 
+/* Wait for the seen-items tracker's adds of the last batch (begun in apply on the rows pool's
+ * workers): before the pool, the rows or the tracker are used again. */
+static int rated_join(mfs_learner_t *l)
+{
+	if (!l->rated_pending)
+		return 0;
+	const double t0 = mfs_now_s();
+	l->rated_pending = 0;
+	int rc = mfs_snap_rated_add_finish(l->rated, l->rows.par);
+	l->seen_s += mfs_now_s() - t0;
+	return rc ? mfs_errf(l->err, sizeof l->err, rc, "out of memory") : 0;
+}
+
 static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 {
 	int rc;
 	size_t nt = 0, nh = 0;
 	double sum = 0;
+	if ((rc = rated_join(l)))
+		return rc;
 	if ((rc = work_reserve(l, b->n)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
 	/* the id lifecycle's clock and batch stamp (model_store/life.h) */
@@ -403,10 +419,10 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	}
 	/* trained or held out, the user rated the item: top-K leaves it out (each user's ratings in
 	 * order; the tracker's shards on the rows pool) */
-	if (l->rated) {
+	if (l->rated) { /* on the pool's workers while this thread scores and submits (rated_join) */
 		const double t0 = mfs_now_s();
-		if ((rc = mfs_snap_rated_add_many(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par)))
-			return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
+		mfs_snap_rated_add_start(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par);
+		l->rated_pending = 1;
 		l->seen_s += mfs_now_s() - t0;
 	}
 	ph_mark(l, MFS_LPH_ROWS);
@@ -630,7 +646,7 @@ static void drop_dead(mfs_touched_t *t, const mfs_idmap_t *map)
 static int snapshot(mfs_learner_t *l, const char *why, int wait)
 {
 	int rc;
-	if ((rc = job_finish(l, 1, 0)))
+	if ((rc = rated_join(l)) || (rc = job_finish(l, 1, 0)))
 		return rc;
 	/* a timer snapshot needs new rows or offsets; a barrier's (revocation, shutdown) also
 	 * publishes a newer learning rate and accuracy figures, so a restart resumes with them */
@@ -912,6 +928,9 @@ static void *thread_main(void *arg)
 			rc = frc;
 		mfs_publisher_stop(l->pub);
 	}
+	int jrc = rated_join(l);
+	if (!rc)
+		rc = jrc;
 	mfs_rows_stop(&l->rows);
 	if (rc) {
 		mfs_error("serve", "msg=\"learner stopped\" err=\"%s\"", l->err);
@@ -986,7 +1005,8 @@ int mfs_learner_open(const mfs_conf_t *c, mfs_batchq_t *queue, mfs_learner_t **o
 		goto fail;
 	}
 	l->rows_ok = 1;
-	const uint32_t rsh = (uint32_t)l->rows.threads; /* one shard per thread of the rows pool */
+	/* one shard per worker of the rows pool (the learner does other work meanwhile) */
+	const uint32_t rsh = l->rows.threads > 1 ? (uint32_t)l->rows.threads - 1 : 1;
 	if (c->snapshot_seen_items > 0 &&
 	    ((rc = mfs_snap_rated_init_shards((uint32_t)c->snapshot_seen_items, rsh, &l->rated)) ||
 	     (rc = mfs_snap_rated_init_shards((uint32_t)c->snapshot_seen_items, rsh, &l->rated_spare)))) {

@@ -47,6 +47,13 @@ int mfs_snap_rated_add(mfs_snap_rated_t *r, const mfs_model_t *m, uint32_t u, ui
  *  (some ratings of the batch may not be kept). */
 int mfs_snap_rated_add_many(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
                             struct mfs_par *par);
+/** The same begun on par's workers alone (mfs_par_start): the caller goes on, and must call
+ *  mfs_snap_rated_add_finish before it reads or changes r, m's rows or u and i, or uses par.
+ *  Without workers it adds here. */
+void mfs_snap_rated_add_start(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
+                              struct mfs_par *par);
+/** Wait for the adds mfs_snap_rated_add_start began. @return as mfs_snap_rated_add_many. */
+int mfs_snap_rated_add_finish(mfs_snap_rated_t *r, struct mfs_par *par);
 /** Users with ratings kept since the last clear. */
 size_t mfs_snap_rated_users(const mfs_snap_rated_t *r);
 /** Bytes the tracker holds now. */

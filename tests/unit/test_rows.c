@@ -2,6 +2,7 @@
  * thread gives (the same rows, the same new rows' values, the same touched marks), on every
  * path (three steps; tracked models and batches with deletions; small batches), and the pool
  * runs every task exactly once. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -43,6 +44,54 @@ static void test_par_every_task_once(void)
 	}
 	free(g_hits);
 	mfs_par_free(NULL);
+}
+
+/* A step begun with mfs_par_start runs every task once on the workers while the caller goes on
+ * (the caller's own thread takes none), and is waited for by mfs_par_wait, by the next
+ * mfs_par_run or by mfs_par_free. */
+static pthread_t g_caller;
+static atomic_int g_on_caller;
+static void hit_elsewhere(void *arg, size_t t)
+{
+	hit(arg, t);
+	if (pthread_equal(pthread_self(), g_caller))
+		atomic_fetch_add(&g_on_caller, 1);
+}
+
+static void test_par_start_wait(void)
+{
+	const int threads[] = {1, 2, 8};
+	g_hits = calloc(1000, sizeof *g_hits);
+	g_caller = pthread_self();
+	for (size_t a = 0; a < sizeof threads / sizeof *threads; a++) {
+		mfs_par_t *p;
+		TEST_OK(mfs_par_init(&p, threads[a], "test-par"));
+		for (int rep = 0; rep < 60; rep++) {
+			for (size_t t = 0; t < 1000; t++)
+				atomic_store(&g_hits[t], 0);
+			atomic_store(&g_on_caller, 0);
+			mfs_par_start(p, 1000, hit_elsewhere, NULL);
+			if (rep % 3 == 0) {
+				mfs_par_wait(p);
+				mfs_par_wait(p); /* (nothing owed: returns) */
+			} else if (rep % 3 == 1) {
+				mfs_par_run(p, 0, hit, NULL); /* no tasks: nothing waited for */
+				mfs_par_wait(p);
+			} else {
+				mfs_par_run(p, 1, hit, NULL); /* waits for the started step first */
+				atomic_fetch_sub(&g_hits[0], 1);
+			}
+			int bad = 0;
+			for (size_t t = 0; t < 1000; t++)
+				bad += atomic_load(&g_hits[t]) != 1;
+			TEST_ASSERT_MSG(bad == 0, "threads %d rep %d: %d tasks not run once", threads[a], rep, bad);
+			/* with workers, none on the caller; without, all of them */
+			TEST_EQ_INT(atomic_load(&g_on_caller), threads[a] > 1 ? 0 : 1000);
+		}
+		mfs_par_start(p, 1000, hit, NULL); /* freed with a step under way: waited for */
+		mfs_par_free(p);
+	}
+	free(g_hits);
 }
 
 /* ---- rows ------------------------------------------------------------------------------ */
@@ -288,6 +337,7 @@ static void test_engine_draws_new_rows(void)
 int main(void)
 {
 	TEST_RUN(test_par_every_task_once);
+	TEST_RUN(test_par_start_wait);
 	TEST_RUN(test_three_steps_same_rows);
 	TEST_RUN(test_three_steps_string_ids);
 	TEST_RUN(test_three_steps_admission);

@@ -123,8 +123,15 @@ static void test_shards(void)
 	TEST_OK(mfs_par_init(&par, 3, "test-rated"));
 	for (size_t j = 0; j < N; j++)
 		TEST_OK(mfs_snap_rated_add(one, m, u[j], it[j]));
-	for (size_t a = 0; a < N; a += 4096) /* batches */
-		TEST_OK(mfs_snap_rated_add_many(sh, m, u + a, it + a, a + 4096 < N ? 4096 : N - a, par));
+	for (size_t a = 0; a < N; a += 4096) { /* batches; every other one begun on the workers */
+		const size_t len = a + 4096 < N ? 4096 : N - a;
+		if (a / 4096 % 2) {
+			mfs_snap_rated_add_start(sh, m, u + a, it + a, len, par);
+			TEST_OK(mfs_snap_rated_add_finish(sh, par));
+		} else {
+			TEST_OK(mfs_snap_rated_add_many(sh, m, u + a, it + a, len, par));
+		}
+	}
 	TEST_EQ_INT(mfs_snap_rated_users(sh), mfs_snap_rated_users(one));
 	TEST_EQ_INT(mfs_snap_rated_bytes(sh) > 0, 1);
 	uint32_t *l1 = malloc((size_t)USERS * (MAX + 1) * sizeof *l1), *l2 = malloc((size_t)USERS * (MAX + 1) * sizeof *l2);
