@@ -193,10 +193,15 @@ static inline void touch(mfs_model_t *m, int ent, uint32_t row)
 
 void mfs_model_init_fresh(mfs_model_t *m, int ent, uint32_t row)
 {
-	float *F = ent ? m->Q : m->P;
-	float *b = ent ? m->bi : m->bu;
-	mfs_model_init_row(m, ent, row, F + (size_t)row * (size_t)m->k);
-	b[row] = 0.0f;
+	/* only this side's fields are read: the other side's thread may be growing its tables
+	 * (serve/rows.c runs the two sides at once) */
+	if (ent) {
+		mfs_model_init_row(m, 1, row, m->Q + (size_t)row * (size_t)m->k);
+		m->bi[row] = 0.0f;
+	} else {
+		mfs_model_init_row(m, 0, row, m->P + (size_t)row * (size_t)m->k);
+		m->bu[row] = 0.0f;
+	}
 }
 
 uint32_t mfs_model_find_h(const mfs_model_t *m, int ent, const mfs_id_t *id, uint64_t h)
