@@ -10,14 +10,16 @@
  * leading zeros, < 2^64) is a u64 id; any other token is a string id. "str:" forces a
  * string ("str:42"). This keeps "007" and "7" distinct.
  *
- * DESIGN: growth never stops the world. The idmap is an open-addressing table that rehashes
- * incrementally (a bounded number of buckets per insert, Redis dict.c style); factor arrays
+ * DESIGN: growth never stops the world. The idmap is an open-addressing table in 32 shards by
+ * hash, each rehashing incrementally (a bounded number of buckets per insert, Redis dict.c
+ * style), so a batch's new ids can be placed a shard per thread (mfs_idmap_add_*); factor arrays
  * double in capacity, so a row index stays valid forever but the array pointers change when
  * rows are added (mfs_model_user_row, mfs_model_item_row, mfs_model_rows, mfs_model_reserve):
  * engines read m->P / m->Q afresh for every batch. Not thread-safe: one writer (the learner or
  * train thread) adds rows at batch boundaries. The one exception: the
  * users' and the items' halves (idmap, factors, bias, n_ and cap_) share nothing, so
- * mfs_model_rows may run for users on one thread while it runs for items on another.
+ * mfs_model_rows may run for users on one thread while it runs for items on another, and the
+ * steps of mfs_idmap_add_* say which of them may run on several threads.
  */
 #ifndef MFS_STORE_H
 #define MFS_STORE_H
