@@ -282,7 +282,7 @@ mfs_id_t mfs_idmap_key(const mfs_idmap_t *m, uint32_t row)
 	mfs_id_t id = {k->kind, k->len, 0, NULL};
 	if (k->kind == MFS_ID_U64)
 		id.num = k->v;
-	else
+	else if (k->kind == MFS_ID_STR) /* (a dead row's v is whatever its id left there) */
 		id.str = m->arena + k->v;
 	return id;
 }
