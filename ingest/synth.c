@@ -160,7 +160,15 @@ struct mfs_synth {
 	uint64_t seed;
 	double fsd, bias_sd;
 	mfs_rng_t g;
+	mfs_rng_t ahead;  /* g as it will be SYNTH_AHEAD events on: whose rows to prefetch */
+	mfs_rng_t ahead2; /* g 2 x SYNTH_AHEAD events on: whose alias table entries to prefetch */
 };
+
+/* Events between the prefetch of an event's planted rows and its rating (and as many again
+ * before that, for the skewed samplers' alias entries that pick the rows): the user rows and
+ * the samplers' tables (gen.users of each, arriving users' rows written as they join) are far
+ * larger than the caches, and their misses were most of a producer's time. */
+#define SYNTH_AHEAD 16
 
 void mfs_synth_close(mfs_synth_t *s)
 {
@@ -175,6 +183,58 @@ void mfs_synth_close(mfs_synth_t *s)
 	free(s->C);
 	free(s->phase);
 	free(s);
+}
+
+/* The draws sampler_draw makes, without reading the tables: the alias entry it will read. */
+static inline uint64_t sampler_peek(const synth_sampler_t *s, mfs_rng_t *g)
+{
+	const uint64_t k = mfs_rng_below(g, s->n);
+	if (s->thr)
+		(void)mfs_rng_next(g);
+	return k;
+}
+
+/* The alias entries of the event 2 x SYNTH_AHEAD on (s->ahead2), prefetched. */
+static void ahead2_step(mfs_synth_t *s, int prefetch)
+{
+	const uint64_t ku = sampler_peek(&s->su, &s->ahead2), ki = sampler_peek(&s->si, &s->ahead2);
+	(void)mfs_rng_next(&s->ahead2); /* mfs_rng_normal's two uniforms */
+	(void)mfs_rng_next(&s->ahead2);
+	if (!prefetch)
+		return;
+	if (s->su.thr) {
+		__builtin_prefetch(s->su.thr + ku);
+		__builtin_prefetch(s->su.alias + ku);
+	}
+	if (s->si.thr) {
+		__builtin_prefetch(s->si.thr + ki);
+		__builtin_prefetch(s->si.alias + ki);
+	}
+}
+
+/* Draw event pos's user and item on s->ahead exactly as mfs_synth_next will on s->g (the same
+ * draws in the same order, the noise's two uniforms skipped), and prefetch their planted rows.
+ * The values drawn are unchanged: only the cache is warmed. */
+static void ahead_step(mfs_synth_t *s, uint64_t pos, int prefetch)
+{
+	uint64_t user = sampler_draw(&s->su, &s->ahead);
+	const uint64_t item = sampler_draw(&s->si, &s->ahead);
+	(void)mfs_rng_next(&s->ahead); /* mfs_rng_normal's two uniforms */
+	(void)mfs_rng_next(&s->ahead);
+	if (!prefetch)
+		return;
+	if (s->arrival > 0) /* as mfs_synth_next: joined is then U + floor(arrival pos) */
+		user = s->U + (uint64_t)(s->arrival * (double)pos) - 1 - user;
+	const uint64_t slot = user % s->U;
+	const size_t rk = (size_t)s->rank;
+	__builtin_prefetch(s->P + slot * rk);
+	__builtin_prefetch(s->bu + slot);
+	__builtin_prefetch(s->Q + item * rk);
+	__builtin_prefetch(s->bi + item);
+	if (s->C) {
+		__builtin_prefetch(s->C + slot * rk);
+		__builtin_prefetch(s->phase + slot);
+	}
 }
 
 int mfs_synth_open(const struct mfs_conf *c, mfs_synth_t **out, char *errstr, size_t errstr_size)
@@ -240,6 +300,11 @@ int mfs_synth_open(const struct mfs_conf *c, mfs_synth_t **out, char *errstr, si
 	s->fsd = fsd;
 	s->bias_sd = c->gen_bias_sd;
 	mfs_rng_seed(&s->g, mfs_mix64(seed, 4));
+	s->ahead = s->ahead2 = s->g;
+	for (uint64_t j = 0; j < SYNTH_AHEAD; j++)
+		ahead_step(s, j, 0);
+	for (uint64_t j = 0; j < 2 * SYNTH_AHEAD; j++)
+		ahead2_step(s, 0);
 	*out = s;
 	return 0;
 }
@@ -265,6 +330,10 @@ int mfs_synth_next(mfs_synth_t *s, uint64_t *u, uint64_t *i, float *rating, int6
 {
 	if (s->pos >= s->n)
 		return 0;
+	if (s->pos + 2 * SYNTH_AHEAD < s->n)
+		ahead2_step(s, 1);
+	if (s->pos + SYNTH_AHEAD < s->n)
+		ahead_step(s, s->pos + SYNTH_AHEAD, 1);
 	const int rk = s->rank;
 	uint64_t user = sampler_draw(&s->su, &s->g);
 	*i = sampler_draw(&s->si, &s->g);
