@@ -2,6 +2,7 @@
  * exactly its metrics, the reject reasons follow enum mfs_reject, and the scrape hook computes
  * snapshot age and update rate. */
 #include <math.h>
+#include <stddef.h>
 #include <time.h>
 
 #include "common/err.h"
@@ -131,50 +132,43 @@ static void test_reject_reasons_follow_the_enum(void)
 	mfs_metrics_free(r);
 }
 
-static void test_learner_phases_follow_the_enum(void)
+/* A gauge family whose label values are an enum's names in order: the catalog registers one
+ * series per value (at the field at offset `at` of the catalog) and none past it, the name
+ * function knows no value outside it, and each series renders under its name. */
+static void check_enum_gauges(size_t at, int count, const char *(*name)(int), const char *series_fmt)
 {
 	mfs_metrics_t *r;
 	TEST_OK(mfs_metrics_init(&r));
 	mfs_catalog_t cat;
 	TEST_OK(mfs_catalog_register(r, &cat, errstr, sizeof errstr));
-	for (int i = 0; i < MFS_LPH__COUNT; i++) {
-		TEST_ASSERT_MSG(cat.learner_seconds_at[i] != NULL, "phase %d", i);
-		mfs_gauge_set(cat.learner_seconds_at[i], i + 0.5);
+	mfs_gauge_t **g = (mfs_gauge_t **)((char *)&cat + at);
+	for (int i = 0; i < count; i++) {
+		TEST_ASSERT_MSG(g[i] != NULL, "value %d of %s", i, series_fmt);
+		mfs_gauge_set(g[i], i + 0.5);
 	}
-	TEST_ASSERT(MFS_LPH__COUNT < MFS_CAT_FIXED_MAX && cat.learner_seconds_at[MFS_LPH__COUNT] == NULL);
-	TEST_ASSERT(mfs_learner_phase_name(MFS_LPH__COUNT) == NULL && mfs_learner_phase_name(-1) == NULL);
+	TEST_ASSERT(count < MFS_CAT_FIXED_MAX && g[count] == NULL);
+	TEST_ASSERT(name(count) == NULL && name(-1) == NULL);
 	char *t;
 	TEST_OK(mfs_metrics_render(r, &t, NULL));
-	for (int i = 0; i < MFS_LPH__COUNT; i++) {
+	for (int i = 0; i < count; i++) {
 		char s[128];
-		snprintf(s, sizeof s, "mfstream_learner_seconds{phase=\"%s\"}", mfs_learner_phase_name(i));
+		snprintf(s, sizeof s, series_fmt, name(i));
 		TEST_NEAR(sample(t, s), i + 0.5, 0);
 	}
 	free(t);
 	mfs_metrics_free(r);
 }
 
+static void test_learner_phases_follow_the_enum(void)
+{
+	check_enum_gauges(offsetof(mfs_catalog_t, learner_seconds_at), MFS_LPH__COUNT, mfs_learner_phase_name,
+	                  "mfstream_learner_seconds{phase=\"%s\"}");
+}
+
 static void test_learner_rows_steps_follow_the_enum(void)
 {
-	mfs_metrics_t *r;
-	TEST_OK(mfs_metrics_init(&r));
-	mfs_catalog_t cat;
-	TEST_OK(mfs_catalog_register(r, &cat, errstr, sizeof errstr));
-	for (int i = 0; i < MFS_LRS__COUNT; i++) {
-		TEST_ASSERT_MSG(cat.learner_rows_seconds_at[i] != NULL, "step %d", i);
-		mfs_gauge_set(cat.learner_rows_seconds_at[i], i + 0.25);
-	}
-	TEST_ASSERT(cat.learner_rows_seconds_at[MFS_LRS__COUNT] == NULL);
-	TEST_ASSERT(mfs_learner_rows_step_name(MFS_LRS__COUNT) == NULL && mfs_learner_rows_step_name(-1) == NULL);
-	char *t;
-	TEST_OK(mfs_metrics_render(r, &t, NULL));
-	for (int i = 0; i < MFS_LRS__COUNT; i++) {
-		char s[128];
-		snprintf(s, sizeof s, "mfstream_learner_rows_seconds{step=\"%s\"}", mfs_learner_rows_step_name(i));
-		TEST_NEAR(sample(t, s), i + 0.25, 0);
-	}
-	free(t);
-	mfs_metrics_free(r);
+	check_enum_gauges(offsetof(mfs_catalog_t, learner_rows_seconds_at), MFS_LRS__COUNT, mfs_learner_rows_step_name,
+	                  "mfstream_learner_rows_seconds{step=\"%s\"}");
 }
 
 /* mfstream_snapshot_seconds: capture first, then the writer's phases in the enum's order, by
