@@ -185,7 +185,10 @@ static void gather(mfs_rows_t *r, int side)
 	a->stride = sizeof *b->ev;
 	a->idx = miss;
 	a->h = r->h[side];
-	r->rc[side] = mfs_model_add_begin(r->m, side, a);
+	/* (room in the fresh list for every candidate too, so that numbering cannot fail) */
+	if (!(r->rc[side] = mfs_model_add_begin(r->m, side, a)) &&
+	    mfs_grow((void **)&r->fresh[side], &r->cap_fresh[side], nm, sizeof *r->fresh[side]))
+		r->rc[side] = ENOMEM;
 }
 
 /* Step 2 on the caller, after the pool placed them: the rows, numbered in event order. */
@@ -199,14 +202,7 @@ static void number(mfs_rows_t *r, int side)
 	r->placed_many++;
 	const uint32_t from = r->m->engine_init_from[side];
 	const uint32_t end = a->n0 + nn < from ? a->n0 + nn : from < a->n0 ? a->n0 : from;
-	if (end > a->n0 &&
-	    mfs_grow((void **)&r->fresh[side], &r->cap_fresh[side], end - a->n0, sizeof *r->fresh[side])) {
-		r->rc[side] = ENOMEM; /* (their values are written below all the same) */
-		for (uint32_t row = a->n0; row < end; row++)
-			mfs_model_init_fresh(r->m, side, row);
-		return;
-	}
-	for (uint32_t row = a->n0; row < end; row++)
+	for (uint32_t row = a->n0; row < end; row++) /* (room: gather) */
 		r->fresh[side][r->n_fresh[side]++] = row;
 }
 
