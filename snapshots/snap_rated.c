@@ -318,6 +318,24 @@ static void add_task(void *arg, size_t x)
 	}
 }
 
+/* The batch the shards' tasks add (add_task), and their result once they have run. */
+static void batch_set(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n)
+{
+	r->m = m;
+	r->au = u;
+	r->ai = i;
+	r->an = n;
+}
+
+static int batch_done(mfs_snap_rated_t *r)
+{
+	r->m = NULL;
+	for (uint32_t x = 0; x < r->nsh; x++)
+		if (r->sh[x].rc)
+			return r->sh[x].rc;
+	return 0;
+}
+
 int mfs_snap_rated_add_many(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
                             mfs_par_t *par)
 {
@@ -329,36 +347,22 @@ int mfs_snap_rated_add_many(mfs_snap_rated_t *r, const mfs_model_t *m, const uin
 		}
 		return 0;
 	}
-	r->m = m;
-	r->au = u;
-	r->ai = i;
-	r->an = n;
+	batch_set(r, m, u, i, n);
 	mfs_par_run(par, r->nsh, add_task, r);
-	r->m = NULL;
-	for (uint32_t x = 0; x < r->nsh; x++)
-		if (r->sh[x].rc)
-			return r->sh[x].rc;
-	return 0;
+	return batch_done(r);
 }
 
 void mfs_snap_rated_add_start(mfs_snap_rated_t *r, const mfs_model_t *m, const uint32_t *u, const uint32_t *i, size_t n,
                               mfs_par_t *par)
 {
-	r->m = m;
-	r->au = u;
-	r->ai = i;
-	r->an = n;
+	batch_set(r, m, u, i, n);
 	mfs_par_start(par, r->nsh, add_task, r);
 }
 
 int mfs_snap_rated_add_finish(mfs_snap_rated_t *r, mfs_par_t *par)
 {
 	mfs_par_wait(par);
-	r->m = NULL;
-	for (uint32_t x = 0; x < r->nsh; x++)
-		if (r->sh[x].rc)
-			return r->sh[x].rc;
-	return 0;
+	return batch_done(r);
 }
 
 size_t mfs_snap_rated_list(const mfs_snap_rated_t *r, const mfs_model_t *m, size_t j, uint32_t *user,
