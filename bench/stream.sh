@@ -135,6 +135,25 @@ print(f"  busiest threads ({label}, {wall:.1f} s): " +
       ", ".join(f"{k} x{n[k]} {cpu / wall:.0%}" for cpu, k in rows[:6]))
 PY
 }
+host_ticks() { # the host's CPU ticks: busy (user nice system irq softirq steal) and idle (idle iowait)
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat
+}
+host_profile() { # host0 host1 ticks0 ticks1 wall_s: the whole host's cores in use, serve's and the producers'
+	"$py" - "$@" <<'PY'
+import os, sys
+h0, h1, t0, t1, wall = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+hz = os.sysconf("SC_CLK_TCK")
+(b0, i0), (b1, i1) = (map(int, open(p).read().split()) for p in (h0, h1))
+def total(p, want):
+    return sum(int(l.split()[1]) for l in open(p) if len(l.split()) == 2 and l.split()[1].isdigit()
+               and (l.split()[0] == "produce") == want)
+serve = (total(t1, False) - total(t0, False)) / hz
+prod = total(t1, True) / hz
+cores = (b1 - b0 + i1 - i0) / hz / wall
+print(f"  host ({wall:.1f} s, {cores:.0f} cores): {(b1 - b0) / hz / wall:.1f} cores busy; serve {serve / wall:.1f}, "
+      f"producers {prod / wall:.1f}, the rest {((b1 - b0) / hz - serve - prod) / wall:.1f}")
+PY
+}
 learner_phases() { # port -> "phase seconds" per mfstream_learner_seconds series, and events
 	"$py" - "$1" <<'PY'
 import re, sys, urllib.request
@@ -305,14 +324,17 @@ port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep
 scr=$!
 thread_ticks $spid >"$tmp/ticks-ts0"
 learner_phases "$port" >"$tmp/phases-ts0"
+host_ticks >"$tmp/host-ts0"
 ts_t0=$(date +%s.%N)
 ts_n=${TS_EVENTS:-3000000}
 np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
-	"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
+	# a producer's own CPU: its shell's cutime + cstime once it has been waited for
+	sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
+		"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
 		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) ${TS_PRODUCE_ARGS:-} \
 		${USER_OFFSET_STEP:+--gen.user_offset $((j * USER_OFFSET_STEP))} \
-		2>"$tmp/produce-ts-$j.log" &
+		2>"$tmp/produce-ts-$j.log" 3>"$tmp/produce-ts-ticks-$j" &
 	pp[j]=$!
 done
 wait "${pp[@]}"
@@ -320,11 +342,14 @@ wait "${pp[@]}"
 # serve falls behind: the profile then names the thread that could not keep up)
 thread_ticks $spid >"$tmp/ticks-ts1"
 learner_phases "$port" >"$tmp/phases-ts1"
+host_ticks >"$tmp/host-ts1"
 ts_t1=$(date +%s.%N)
+cat "$tmp"/produce-ts-ticks-* | sed 's/^/produce /' >>"$tmp/ticks-ts1"
 rm -f "$out-ts-threads.csv" "$out-ts-learner.csv"
 ts_wall=$("$py" -c "print(f'{$ts_t1-$ts_t0:.2f}')")
 thread_profile "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$ts_wall" "${TS_RATE:-100000}/s" "$out-ts-threads.csv"
 phase_profile "$tmp/phases-ts0" "$tmp/phases-ts1" "$ts_wall" "${TS_RATE:-100000}/s" "$out-ts-learner.csv"
+host_profile "$tmp/host-ts0" "$tmp/host-ts1" "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$ts_wall"
 tail -qn1 "$tmp"/produce-ts-*.log
 ts_n=$((ts_n / np * np))
 wait_applied "$d" "$ts_n" "$port"
