@@ -47,7 +47,7 @@ static const char produce_usage[] =
 	"`mfstream gen` (gen.* keys), as MessagePack messages of N events (default %d) keyed by user.\n"
 	"--rate 0 (default) is as fast as possible. --partitions P: the embedded broker creates the\n"
 	"topic with P (default %d); against a real cluster P, if given, must match the topic.\n"
-	"compression.codec=zstd and enable.idempotence=true unless kafka.* keys say otherwise.\n"
+	"compression.codec=lz4 and enable.idempotence=true unless kafka.* keys say otherwise.\n"
 	"--delete-user ID / --delete-item ID sends one delete event ({\"op\": \"delete\", ...}, keyed as\n"
 	"the id's ratings are): the model forgets the id (docs/EVENT_FORMAT.md).\n";
 

@@ -3,7 +3,7 @@
  *
  * DESIGN: kafka.* keys are applied verbatim and in the order they were set, after any
  * defaults a caller supplies, so a user can override every default we choose (the
- * producer's zstd and idempotence among them). librdkafka calls the log callback from its
+ * producer's lz4 and idempotence among them). librdkafka calls the log callback from its
  * own threads; mfs_log writes each line with one write(2), so lines never interleave.
  * The mock cluster needs an rd_kafka_t for its bookkeeping and runs its brokers on its
  * own thread; we give it a dedicated producer handle that never produces, so the cluster's
