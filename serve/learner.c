@@ -671,7 +671,7 @@ static int snapshot(mfs_learner_t *l, const char *why, int wait)
 	 * as of this batch boundary, and a device engine's copy of them to the host is left to the
 	 * publisher (mfs_engine_capture_wait there) */
 	const double t0 = mfs_now_s();
-	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, e, sizeof e)))
+	if ((rc = mfs_snap_stage_fill_ids(j->stage, l->m, &rows, l->rows.par, e, sizeof e)))
 		return mfs_errf(l->err, sizeof l->err, rc, "snapshot: %s", *e ? e : mfs_strerror(rc));
 	const double t1 = mfs_now_s();
 	mfs_model_gone_clear(l->m); /* the stage deletes them */

@@ -62,6 +62,7 @@
 #include "common/fault.h"
 #include "common/grow.h"
 #include "common/log.h"
+#include "common/par.h"
 #include "common/timeutil.h"
 #include "model_store/life.h"
 #include "snapshots/snap_format.h"
@@ -581,9 +582,137 @@ static void side_trim(struct stage_side *ss, size_t n, size_t w)
 	}
 }
 
+/* Staging ids by a rows list on a pool (side_fill, copy == 2): each task checks and stages one
+ * chunk of rows, counting its string ids' bytes; the bytes are copied into the arena once its
+ * size is known, each chunk at its own offset. The first failing row (lowest index) is the
+ * one reported, as when one thread walks them. */
+#define STAGE_PAR_MIN 65536 /* rows below which one thread stages them */
+enum { FILL_OK, FILL_RANGE, FILL_DEAD, FILL_IDLEN };
+struct fill_chunk {
+	size_t bytes; /* its string ids' bytes, then their offset in the arena */
+	size_t bad;   /* the index of its first failing row (SIZE_MAX: none) */
+	int why;      /* FILL_* of that row */
+	uint32_t end; /* 1 + its largest model row */
+};
+struct fill_job {
+	struct stage_side *ss;
+	const mfs_idmap_t *map;
+	const uint32_t *seen, *rows;
+	const uint16_t *gen;
+	uint32_t n_model;
+	size_t n, chunk;
+	struct fill_chunk *c;
+};
+
+static int fill_error(const char *ent, int why, uint32_t row, uint32_t n_model, const mfs_idmap_t *map, char *errstr,
+                      size_t es)
+{
+	if (why == FILL_RANGE)
+		return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row, n_model);
+	if (why == FILL_DEAD)
+		return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u holds no id", ent, row);
+	return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row,
+	                (unsigned)mfs_idmap_key(map, row).len);
+}
+
+static void fill_ids_task(void *arg, size_t t)
+{
+	struct fill_job *j = arg;
+	struct stage_side *ss = j->ss;
+	struct fill_chunk *c = &j->c[t];
+	const size_t a = t * j->chunk, e = a + j->chunk < j->n ? a + j->chunk : j->n;
+	c->bytes = 0;
+	c->bad = SIZE_MAX;
+	c->end = 0;
+	for (size_t i = a; i < e; i++) {
+		const uint32_t row = j->rows[i];
+		int why = FILL_OK;
+		mfs_id_t id = {0};
+		if (row >= j->n_model)
+			why = FILL_RANGE;
+		else if (!mfs_idmap_alive(j->map, row))
+			why = FILL_DEAD;
+		else if ((id = mfs_idmap_key(j->map, row)).kind == MFS_ID_STR && (id.len == 0 || id.len > MFS_SNAP_STR_MAX))
+			why = FILL_IDLEN;
+		if (why) {
+			c->bad = i;
+			c->why = why;
+			return;
+		}
+		if (id.kind == MFS_ID_STR)
+			c->bytes += id.len; /* id.str points into the id map until fill_strs_task */
+		ss->r[i].id = id;
+		ss->r[i].row = (uint32_t)i;
+		if (j->seen)
+			ss->seen[i] = j->seen[row];
+		ss->mrow[i] = row;
+		ss->mgen[i] = j->gen ? j->gen[row] : 0;
+		if (row >= c->end)
+			c->end = row + 1;
+	}
+}
+
+static void fill_strs_task(void *arg, size_t t)
+{
+	struct fill_job *j = arg;
+	struct stage_side *ss = j->ss;
+	const size_t a = t * j->chunk, e = a + j->chunk < j->n ? a + j->chunk : j->n;
+	size_t o = j->c[t].bytes;
+	for (size_t i = a; i < e; i++) {
+		mfs_id_t *id = &ss->r[i].id;
+		if (id->kind != MFS_ID_STR)
+			continue;
+		memcpy(ss->str + o, id->str, id->len);
+		id->str = ss->str + o;
+		o += id->len;
+	}
+}
+
+/* side_fill's ids-only staging of a rows list, on par (room for n rows is made). */
+static int side_fill_ids_par(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const uint32_t *seen,
+                             const uint16_t *gen, uint32_t n_model, const uint32_t *rows, size_t n, mfs_par_t *par,
+                             char *errstr, size_t es)
+{
+	const size_t tasks_max = 4 * (size_t)mfs_par_threads(par);
+	struct fill_job j = {ss, map, seen, rows, gen, n_model, n, 0, NULL};
+	j.chunk = (n + tasks_max - 1) / tasks_max;
+	if (j.chunk < 8192)
+		j.chunk = 8192;
+	const size_t tasks = (n + j.chunk - 1) / j.chunk;
+	if (!(j.c = malloc(tasks * sizeof *j.c)))
+		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
+	mfs_par_run(par, tasks, fill_ids_task, &j);
+	size_t bytes = 0;
+	int rc = 0;
+	for (size_t t = 0; t < tasks && !rc; t++) {
+		if (j.c[t].bad != SIZE_MAX) {
+			rc = fill_error(ent, j.c[t].why, rows[j.c[t].bad], n_model, map, errstr, es);
+			break;
+		}
+		const size_t b = j.c[t].bytes;
+		j.c[t].bytes = bytes; /* now the chunk's offset */
+		bytes += b;
+		if (j.c[t].end > ss->mrow_end)
+			ss->mrow_end = j.c[t].end;
+	}
+	if (!rc && bytes && mfs_grow((void **)&ss->str, &ss->str_cap, bytes, 1))
+		rc = mfs_errf(errstr, es, ENOMEM, "out of memory for %s ids", ent);
+	if (!rc && bytes) {
+		mfs_par_run(par, tasks, fill_strs_task, &j);
+		ss->str_n = bytes;
+	}
+	free(j.c);
+	if (rc) {
+		ss->mrow_end = 0;
+		return rc;
+	}
+	ss->n = n;
+	return 0;
+}
+
 static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const float *b, const float *F,
                      const uint32_t *seen, const uint16_t *gen, int k, uint32_t n_model, const uint32_t *rows,
-                     size_t n_rows, int copy, char *errstr, size_t es)
+                     size_t n_rows, int copy, mfs_par_t *par, char *errstr, size_t es)
 {
 	size_t n = rows ? n_rows : n_model;
 	ss->n = 0;
@@ -625,15 +754,17 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		ss->mgen = mg;
 		ss->m_cap = n;
 	}
+	if (copy == 2 && rows && par && mfs_par_threads(par) > 1 && n >= STAGE_PAR_MIN)
+		return side_fill_ids_par(ss, ent, map, seen, gen, n_model, rows, n, par, errstr, es);
 	/* string ids: their bytes first (pointers are set once the arena stops moving) */
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t row = rows ? rows[i] : (uint32_t)i;
 		if (row >= n_model)
-			return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u out of range (model has %u)", ent, row, n_model);
+			return fill_error(ent, FILL_RANGE, row, n_model, map, errstr, es);
 		if (!mfs_idmap_alive(map, row)) { /* freed (model_store/life.h): every row skips it, a list may not name it */
 			if (rows)
-				return mfs_errf(errstr, es, MFS_EINVAL, "%s row %u holds no id", ent, row);
+				return fill_error(ent, FILL_DEAD, row, n_model, map, errstr, es);
 			continue;
 		}
 		if (copy != 2 && !row_finite(b, F, row, k))
@@ -641,7 +772,7 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 			                row);
 		mfs_id_t id = mfs_idmap_key(map, row);
 		if (id.kind == MFS_ID_STR && (id.len == 0 || id.len > MFS_SNAP_STR_MAX))
-			return mfs_errf(errstr, es, MFS_EIDLEN, "%s row %u: string id of %u bytes", ent, row, (unsigned)id.len);
+			return fill_error(ent, FILL_IDLEN, row, n_model, map, errstr, es);
 		if (id.kind == MFS_ID_STR && copy) {
 			if (mfs_grow((void **)&ss->str, &ss->str_cap, ss->str_n + id.len, 1))
 				return mfs_errf(errstr, es, ENOMEM, "out of memory for %s ids", ent);
@@ -895,7 +1026,7 @@ done:
 }
 
 static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, int copy,
-                      char *errstr, size_t errstr_size)
+                      mfs_par_t *par, char *errstr, size_t errstr_size)
 {
 	int rc;
 	s->side[0].n = s->side[1].n = 0;
@@ -904,9 +1035,9 @@ static int stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_
 	const int tr = m->track;
 	s->rated.take = NULL;
 	if ((rc = side_fill(&s->side[0], "user", m->users, m->bu, m->P, tr ? m->seen[0] : NULL, m->gen[0], m->k,
-	                    m->n_users, info->user_rows, info->n_user_rows, copy, errstr, errstr_size)) ||
+	                    m->n_users, info->user_rows, info->n_user_rows, copy, par, errstr, errstr_size)) ||
 	    (rc = side_fill(&s->side[1], "item", m->items, m->bi, m->Q, tr ? m->seen[1] : NULL, m->gen[1], m->k,
-	                    m->n_items, info->item_rows, info->n_item_rows, copy, errstr, errstr_size)) ||
+	                    m->n_items, info->item_rows, info->n_item_rows, copy, par, errstr, errstr_size)) ||
 	    (rc = side_gone(&s->side[0], m, 0, "user", errstr, errstr_size)) ||
 	    (rc = side_gone(&s->side[1], m, 1, "item", errstr, errstr_size)) ||
 	    (rc = rated_fill(&s->rated, m, info->rated, info->rated_merge, copy == 2 ? info->rated_take : NULL, errstr,
@@ -927,15 +1058,15 @@ int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_sna
 {
 	if (!s || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill: NULL argument");
-	return stage_fill(s, m, info, 1, errstr, errstr_size);
+	return stage_fill(s, m, info, 1, NULL, errstr, errstr_size);
 }
 
-int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
-                            size_t errstr_size)
+int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, mfs_par_t *par,
+                            char *errstr, size_t errstr_size)
 {
 	if (!s || !m || !info)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "mfs_snap_stage_fill_ids: NULL argument");
-	return stage_fill(s, m, info, 2, errstr, errstr_size);
+	return stage_fill(s, m, info, 2, par, errstr, errstr_size);
 }
 
 float *mfs_snap_stage_values(mfs_snap_stage_t *s, int side, size_t *n)
@@ -1469,7 +1600,7 @@ int mfs_snap_publish(mfs_snap_writer_t *w, const mfs_model_t *m, const mfs_snap_
 		return mfs_errf(errstr, errstr_size, ENOMEM, "out of memory");
 	/* borrowed, not copied: the model does not change during this call, and a whole-model
 	 * publish (`mfstream train`) must not need the model's size again in memory */
-	if ((rc = stage_fill(w->sw_stage, m, info, 0, errstr, errstr_size)))
+	if ((rc = stage_fill(w->sw_stage, m, info, 0, NULL, errstr, errstr_size)))
 		return rc;
 	return mfs_snap_publish_stage(w, w->sw_stage, info, seq, errstr, errstr_size);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/offsets.h"
+#include "common/par.h"
 #include "model_store/store.h"
 #include "snapshots/snap_rated.h"
 
@@ -107,9 +108,11 @@ int mfs_snap_stage_fill(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_sna
 /** As mfs_snap_stage_fill, but only the ids of the rows: their values come later, possibly
  *  from another thread (a device engine's mfs_engine_capture), into mfs_snap_stage_values()
  *  before mfs_snap_publish_stage, which checks them (all finite) before it writes anything.
+ *  @param[in] par  a pool that stages a long rows list in chunks (the caller waits; it must
+ *                  have no step under way), or NULL: the caller's thread alone
  *  @return 0, MFS_EINVAL, MFS_EIDLEN, ENOMEM. */
-int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, char *errstr,
-                            size_t errstr_size);
+int mfs_snap_stage_fill_ids(mfs_snap_stage_t *s, const mfs_model_t *m, const mfs_snap_info_t *info, mfs_par_t *par,
+                            char *errstr, size_t errstr_size);
 /** The values of side 0 (users) or 1 (items) of a stage filled by ids and not yet published:
  *  n x (1 + k) floats, per row the bias then the k factors, rows in the order info listed them;
  *  *n (if not NULL) the rows. NULL when the stage was not filled by ids or is published

@@ -248,7 +248,7 @@ static void publish_taken(const char *dir, const mfs_model_t *m, mfs_snap_rated_
 	mfs_snap_info_t in = info_default();
 	in.user_rows = ur, in.n_user_rows = nu, in.item_rows = ir, in.n_item_rows = ni;
 	in.rated_take = r;
-	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, NULL, errbuf, sizeof errbuf));
 	for (int side = 0; side < 2; side++) {
 		size_t n;
 		float *v = mfs_snap_stage_values(st, side, &n);

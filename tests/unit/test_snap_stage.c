@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/par.h"
 #include "model_store/store.h"
 #include "snapshots/reader/mfs_snap.h"
 #include "snapshots/snap_format.h"
@@ -217,7 +218,7 @@ static void test_stage_ids_then_values(void)
 	TEST_ASSERT(st != NULL);
 	TEST_ASSERT(mfs_snap_stage_values(st, 0, NULL) == NULL); /* not filled by ids */
 	m->P[1] = NAN; /* the model's values are not the stage's: no check at fill */
-	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, NULL, errbuf, sizeof errbuf));
 	size_t nu = 0, ni = 0;
 	float *vu = mfs_snap_stage_values(st, 0, &nu), *vi = mfs_snap_stage_values(st, 1, &ni);
 	TEST_ASSERT(vu != NULL && vi != NULL && nu == 2 && ni == 1 && mfs_snap_stage_values(st, 2, NULL) == NULL);
@@ -250,7 +251,7 @@ static void test_stage_ids_then_values(void)
 		mfs_snap_close(s);
 	}
 	/* a NaN among the later values: refused, and the stage names the row by its id */
-	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, errbuf, sizeof errbuf));
+	TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, NULL, errbuf, sizeof errbuf));
 	vu = mfs_snap_stage_values(st, 0, NULL);
 	TEST_ASSERT(vu != NULL);
 	if (vu) {
@@ -272,6 +273,88 @@ static void test_stage_ids_then_values(void)
 	}
 	mfs_snap_writer_close(w);
 	mfs_snap_stage_free(st);
+	mfs_model_free(m);
+}
+
+/* Staging ids on a pool (serve's learner with a long touched list) stages what one thread
+ * does: 150,000 users, a third with string ids, named in shuffled order, each staged row's
+ * values naming its user; every user reads back its own values. Of two bad rows far into the
+ * list, the first is the one reported. */
+static void test_stage_ids_on_pool(void)
+{
+	enum { N = 150000 };
+	mfs_model_t *m = model_new(4);
+	char name[32];
+	for (uint32_t u = 0; u < N; u++) {
+		snprintf(name, sizeof name, "user-%u", u);
+		add_user(m, u % 3 == 0 ? str_id(name) : mfs_id_u64(1000000 + u));
+	}
+	add_item(m, mfs_id_u64(1));
+	fill_random(m);
+	uint32_t *rows = malloc(N * sizeof *rows);
+	mfs_par_t *par = NULL;
+	TEST_OK(mfs_par_init(&par, 4, "t-stage"));
+	TEST_ASSERT(rows != NULL && par != NULL);
+	if (!rows || !par)
+		return;
+	for (uint32_t u = 0; u < N; u++)
+		rows[u] = u;
+	uint64_t x = 88172645463325252ull;
+	for (uint32_t u = N - 1; u > 0; u--) { /* Fisher-Yates, xorshift64 */
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		const uint32_t v = (uint32_t)(x % (u + 1)), t = rows[u];
+		rows[u] = rows[v], rows[v] = t;
+	}
+	static const uint32_t irows[] = {0};
+	mfs_snap_info_t in = info_default();
+	in.user_rows = rows, in.n_user_rows = N, in.item_rows = irows, in.n_item_rows = 1;
+	mfs_snap_stage_t *st = mfs_snap_stage_new();
+	TEST_ASSERT(st != NULL);
+	for (int pass = 0; st && pass < 2; pass++) { /* the pool, then the caller's thread alone */
+		const char *dir = test_tmpdir();
+		TEST_OK(mfs_snap_stage_fill_ids(st, m, &in, pass ? NULL : par, errbuf, sizeof errbuf));
+		size_t nu = 0, ni = 0;
+		float *vu = mfs_snap_stage_values(st, 0, &nu), *vi = mfs_snap_stage_values(st, 1, &ni);
+		TEST_ASSERT_MSG(vu && vi && nu == N && ni == 1, "pass %d: %zu users, %zu items staged", pass, nu, ni);
+		if (!vu || !vi)
+			continue;
+		for (size_t j = 0; j < N; j++)
+			for (int c = 0; c < 5; c++)
+				vu[j * 5 + c] = (float)rows[j] + 0.25f * (float)c;
+		for (int c = 0; c < 5; c++)
+			vi[c] = 1.0f;
+		mfs_snap_writer_t *w = NULL;
+		TEST_OK(mfs_snap_writer_open(dir, 64 << 20, &w, errbuf, sizeof errbuf));
+		if (!w)
+			continue;
+		uint64_t seq = 0;
+		TEST_OK(mfs_snap_publish_stage(w, st, &in, &seq, errbuf, sizeof errbuf));
+		mfs_snap_writer_close(w);
+		mfs_snap_t *s = NULL;
+		TEST_OK(mfs_snap_open(dir, &s, errbuf, sizeof errbuf));
+		if (!s)
+			continue;
+		mfs_snap_meta_t meta;
+		TEST_OK(mfs_snap_get_meta(s, &meta));
+		TEST_EQ_INT(meta.n_users, N);
+		int bad = 0;
+		for (uint32_t u = 0; u < N; u++) {
+			snprintf(name, sizeof name, "user-%u", u);
+			mfs_snap_id_t id = snap_id_of(u % 3 == 0 ? str_id(name) : mfs_id_u64(1000000 + u));
+			float v[4], bias;
+			if (mfs_snap_user(s, &id, &bias, v) || bias != (float)u || v[3] != (float)u + 1.0f)
+				bad++;
+		}
+		TEST_ASSERT_MSG(bad == 0, "pass %d: %d of %d users read back wrong or missing", pass, bad, N);
+		mfs_snap_close(s);
+	}
+	rows[100000] = N + 7;
+	rows[120000] = N + 9;
+	TEST_EQ_INT(mfs_snap_stage_fill_ids(st, m, &in, par, errbuf, sizeof errbuf), MFS_EINVAL);
+	TEST_ASSERT_MSG(strstr(errbuf, "user row 150007 out of range") != NULL, "errstr: %s", errbuf);
+	mfs_snap_stage_free(st);
+	mfs_par_free(par);
+	free(rows);
 	mfs_model_free(m);
 }
 
@@ -340,6 +423,7 @@ int main(void)
 	TEST_RUN(test_stage_sorts_on_publish);
 	TEST_RUN(test_stage_sorts_many);
 	TEST_RUN(test_stage_ids_then_values);
+	TEST_RUN(test_stage_ids_on_pool);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", root);
