@@ -19,7 +19,8 @@
 # each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run,
 # TS_EPM (default 100) its events per message, TS_HOLDOUT (0.02) and TS_FULLPASS_MS (1000) its
 # holdout and full-pass period, TS_ARGS more serve options, TS_PRODUCE_ARGS more options of its
-# producers (its CPU profile: OUT-ts-threads.csv;
+# producers, TS_WARM events sent first (at TS_WARM_RATE; the producers' own users, none
+# arriving) and applied before the measured run starts (the run's CPU profile: OUT-ts-threads.csv;
 # where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
 # (e.g. --gen.users 1000000); USER_OFFSET_STEP gives the time series' producer j the users from
@@ -322,12 +323,33 @@ start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdou
 port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep -o 'port=[0-9]*' | cut -d= -f2)
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
+ts_n=${TS_EVENTS:-3000000}
+np=${PRODUCERS:-1}
+# TS_WARM events first (the producers' own users, none arriving), all applied before the
+# measured run: a stream of arriving users then meets a model that knows the rest
+warm=0
+if [ "${TS_WARM:-0}" -gt 0 ]; then
+	warm=$((TS_WARM / np * np))
+	for ((j = 0; j < np; j++)); do
+		"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((TS_WARM / np)) --gen.seed $((7 + j)) \
+			--batch "${TS_EPM:-100}" --compact --rate $((${TS_WARM_RATE:-${TS_RATE:-100000}} / np)) ${TS_PRODUCE_ARGS:-} \
+			--gen.user_arrival 0 ${USER_OFFSET_STEP:+--gen.user_offset $((j * USER_OFFSET_STEP))} \
+			2>"$tmp/produce-warm-$j.log" &
+		pp[j]=$!
+	done
+	wait "${pp[@]}"
+	for _ in $(seq 1200); do
+		a=$(learner_applied "$port")
+		[ -n "$a" ] && [ "$a" -ge "$warm" ] && break
+		sleep 0.1
+	done
+	[ -n "$a" ] && [ "$a" -ge "$warm" ] || { echo "warm-up: the learner has ${a:-?} of $warm events after 120 s"; exit 1; }
+	echo "  warm-up: $warm events applied"
+fi
 thread_ticks $spid >"$tmp/ticks-ts0"
 learner_phases "$port" >"$tmp/phases-ts0"
 host_ticks >"$tmp/host-ts0"
 ts_t0=$(date +%s.%N)
-ts_n=${TS_EVENTS:-3000000}
-np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
 	# a producer's own CPU: its shell's cutime + cstime once it has been waited for
 	sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
@@ -352,7 +374,7 @@ phase_profile "$tmp/phases-ts0" "$tmp/phases-ts1" "$ts_wall" "${TS_RATE:-100000}
 host_profile "$tmp/host-ts0" "$tmp/host-ts1" "$tmp/ticks-ts0" "$tmp/ticks-ts1" "$ts_wall"
 tail -qn1 "$tmp"/produce-ts-*.log
 ts_n=$((ts_n / np * np))
-wait_applied "$d" "$ts_n" "$port"
+wait_applied "$d" "$((warm + ts_n))" "$port"
 sleep 2
 kill -TERM $spid && wait $spid
 wait $scr
