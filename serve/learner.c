@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,10 @@ struct mfs_learner {
 	mfs_catalog_t *cat; /* metrics (NULL: none) */
 	/* where this thread's time goes: seconds per phase, and when the phase now running began */
 	double ph[MFS_LPH__COUNT], ph_t;
+	/* when the last phase ended (ms on mfs_now_s's clock; 0: not running) and which it was: read
+	 * by the service loop, which says when the learner has ended none for a long time */
+	_Atomic int64_t beat_ms;
+	_Atomic int beat_phase;
 	double seen_s; /* the seen-items tracker: starting it, and waiting for it (rated_join) */
 	int rated_pending; /* the tracker's adds of the last batch may still run on the pool */
 	double st_next_s; /* next stats_update while idle */
@@ -161,6 +166,8 @@ static inline void ph_mark(mfs_learner_t *l, int p)
 	const double t = mfs_now_s();
 	l->ph[p] += t - l->ph_t;
 	l->ph_t = t;
+	atomic_store_explicit(&l->beat_ms, (int64_t)(t * 1000.0), memory_order_relaxed);
+	atomic_store_explicit(&l->beat_phase, p, memory_order_relaxed);
 }
 
 static void stats_update(mfs_learner_t *l)
@@ -922,7 +929,9 @@ static void *thread_main(void *arg)
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {
 		l->ph_t = mfs_now_s();
+		atomic_store_explicit(&l->beat_ms, (int64_t)(l->ph_t * 1000.0), memory_order_relaxed);
 		rc = run(l);
+		atomic_store_explicit(&l->beat_ms, 0, memory_order_relaxed); /* done: not stalled */
 		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
 		if (!rc)
 			rc = frc;
@@ -1072,6 +1081,17 @@ const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l)
 const char *mfs_learner_engine_name(const mfs_learner_t *l)
 {
 	return l->engine_name;
+}
+
+double mfs_learner_stalled_s(mfs_learner_t *l, const char **last_phase)
+{
+	const int64_t b = atomic_load_explicit(&l->beat_ms, memory_order_relaxed);
+	if (last_phase)
+		*last_phase = mfs_learner_phase_name(atomic_load_explicit(&l->beat_phase, memory_order_relaxed));
+	if (b <= 0)
+		return 0;
+	const double age = mfs_now_s() - (double)b / 1000.0;
+	return age > 0 ? age : 0;
 }
 
 int mfs_learner_start(mfs_learner_t *l, mfs_commit_fn commit, void *commit_ctx, char *errstr, size_t es)

@@ -65,6 +65,7 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	mfs_counter_set(c->ids_not_admitted_at[MFS_CAT_USERS], st.not_admitted[0]);
 	mfs_counter_set(c->ids_not_admitted_at[MFS_CAT_ITEMS], st.not_admitted[1]);
 	mfs_gauge_set(c->replay_owed_events, st.replay_owed);
+	mfs_gauge_set(c->learner_stalled_seconds, mfs_learner_stalled_s(s->l, NULL));
 	mfs_gauge_set(c->prequential_cumulative_rmse, st.prequential_cumulative_rmse);
 	for (int j = 0; j < MFS_LPH__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);
@@ -195,8 +196,26 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 	         c->serve_ring_batches, c->serve_snapshot_ms, c->serve_holdout_fraction);
 
 	int fatal = 0;
+	/* the learner must end a phase of its loop now and then (twice a second when idle): after
+	 * metrics.healthz_stale_ms without one it is stalled (waiting on the device, the snapshot
+	 * writer, its pool), said once per such period and when it goes again */
+	const double stall_s = c->metrics_healthz_stale_ms > 0 ? (double)c->metrics_healthz_stale_ms / 1000.0 : 0;
+	double stall_said = 0, stall_long = 0;
 	while (!*stop && !fatal) {
 		mfs_http_heartbeat(http);
+		const char *lph = NULL;
+		const double lst = mfs_learner_stalled_s(s.l, &lph);
+		if (stall_said > 0 && lst > stall_long)
+			stall_long = lst;
+		if (stall_s > 0 && lst >= stall_said + stall_s) {
+			stall_said = stall_long = lst;
+			mfs_warn("serve", "msg=\"learner stalled\" seconds=%.0f last_phase=%s detail=\"the learner thread has ended "
+			                  "no step for this long; the phase after the one named holds it (docs/STREAMING.md)\"",
+			         lst, lph ? lph : "-");
+		} else if (stall_said > 0 && lst < stall_s) {
+			mfs_info("serve", "msg=\"learner going again\" stalled_s=%.0f", stall_long);
+			stall_said = stall_long = 0;
+		}
 		if (o->ignored && *o->ignored) {
 			const int sig = *o->ignored;
 			*o->ignored = 0;
