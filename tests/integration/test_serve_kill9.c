@@ -64,6 +64,8 @@ static void test_kill9_exactly_once(void)
 		int died;
 		sh_snap_t s = sh_wait_events(snap, pid, before + 1, 60, &died);
 		TEST_ASSERT_MSG(!died, "round %d: serve exited early (log %s)", r, log);
+		TEST_ASSERT_MSG(s.events >= before + 1, "round %d: no snapshot with new events in 60 s: serve stalled (log %s)",
+		                r, log);
 		sample(&s);
 		int delay_ms = rand() % 400;
 		double t_end = mfs_now_s() + delay_ms / 1000.0;
