@@ -3,7 +3,7 @@
  * table and appends CSV.
  *
  *   bench_snapshot [--rows 10000,100000,1000000] [--table 2000000] [--k 128] [--reps 5]
- *                  [--sync full,meta,none] [--path direct,staged] [--dir DIR] [--csv FILE]
+ *                  [--sync full,meta,none] [--path direct,staged,arrivals] [--dir DIR] [--csv FILE]
  *
  * Touched rows are spread over the table (a stride, like a real stream's); half users, half
  * items. The first publish of a fresh environment writes every row (the base), then each rep
@@ -17,6 +17,10 @@
  * order); staged publishes the stage (mfs_snap_publish_stage, as `serve`'s writer thread does),
  * the touched rows named in a shuffled order as a stream names them (by first touch), so the
  * writer sorts them and reads their values out of order. median_s is the publish alone.
+ * arrivals: each rep stages R new users, as a stream of arriving users names them: ids that
+ * continue ARRIVAL_RANGES interleaved ranges (as that many producers' users, each range past
+ * the last: only the highest range appends at the end of the users DB), in arrival order, and
+ * publishes them (with R / 10 existing items) as `serve`'s writer does.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -29,6 +33,10 @@
 #include "common/timeutil.h"
 #include "model_store/store.h"
 #include "snapshots/snap_writer.h"
+
+#define ARRIVAL_RANGES 5
+#define ARRIVAL_BASE 20000000000ull /* above every id of the base model */
+#define ARRIVAL_STEP 1000000000000ull
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -60,7 +68,7 @@ int main(int argc, char **argv)
 	}
 	if (!dir) {
 		fprintf(stderr, "usage: bench_snapshot --dir DIR [--rows LIST] [--table T] [--k K] [--reps N] [--sync LIST]\n"
-		                "                      [--path direct,staged] [--csv F]\n");
+		                "                      [--path direct,staged,arrivals] [--csv F]\n");
 		return 2;
 	}
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -114,15 +122,16 @@ int main(int argc, char **argv)
 		mfs_snap_stage_t *stg = mfs_snap_stage_new();
 		char *psave = strdup(path_s), *pp = NULL;
 		for (char *ptok = strtok_r(psave, ",", &pp); ptok; ptok = strtok_r(NULL, ",", &pp)) {
-			const int staged = !strcmp(ptok, "staged");
+			const int arrivals = !strcmp(ptok, "arrivals"), staged = arrivals || !strcmp(ptok, "staged");
 			if (!staged && strcmp(ptok, "direct")) {
-				fprintf(stderr, "bench_snapshot: unknown path %s (direct|staged)\n", ptok);
+				fprintf(stderr, "bench_snapshot: unknown path %s (direct|staged|arrivals)\n", ptok);
 				return 2;
 			}
+			uint64_t arrived = 0; /* arrivals so far, over every range */
 			char *save = strdup(rows_s), *rp = NULL;
 			for (char *tok = strtok_r(save, ",", &rp); tok; tok = strtok_r(NULL, ",", &rp)) {
 				long R = atol(tok);
-				size_t nu = (size_t)(R / 2), ni = (size_t)(R - R / 2);
+				size_t nu = (size_t)(arrivals ? R : R / 2), ni = (size_t)(arrivals ? R / 10 : R - R / 2);
 				uint32_t *ur = malloc(nu * sizeof *ur), *ir = malloc(ni * sizeof *ir);
 				double *ts = malloc((size_t)reps * sizeof *ts), *tg = malloc((size_t)reps * sizeof *tg);
 				double ph0[MFS_SNAP_PH__COUNT], ph1[MFS_SNAP_PH__COUNT]; /* the writer's phases, over the reps */
@@ -133,9 +142,15 @@ int main(int argc, char **argv)
 						ur[j] = (uint32_t)((j * (size_t)table / nu + (size_t)rep) % (size_t)table);
 					for (size_t j = 0; j < ni; j++)
 						ir[j] = (uint32_t)((j * (size_t)table / ni + (size_t)rep * 3) % (size_t)table);
+					for (size_t j = 0; arrivals && j < nu; j++, arrived++) { /* range j % RANGES, its next id */
+						mfs_id_t id = mfs_id_u64(ARRIVAL_BASE + (arrived % ARRIVAL_RANGES) * ARRIVAL_STEP +
+						                         arrived / ARRIVAL_RANGES);
+						if (mfs_model_user_row(m, &id, &ur[j]))
+							return 1;
+					}
 					for (size_t j = 0; j < nu; j++)
 						m->P[(size_t)ur[j] * (size_t)k] += 1e-3f;
-					if (staged) { /* named by first touch, not by key */
+					if (staged && !arrivals) { /* named by first touch, not by key */
 						uint64_t x = 0x9E3779B97F4A7C15ull + (uint64_t)rep;
 						for (size_t j = nu; j > 1; j--) {
 							x = x * 6364136223846793005ull + 1442695040888963407ull;
