@@ -207,10 +207,11 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 		const double lst = mfs_learner_stalled_s(s.l, &lph);
 		if (stall_said > 0 && lst > stall_long)
 			stall_long = lst;
-		if (stall_s > 0 && lst >= stall_said + stall_s) {
+		if (stall_s > 0 && lst >= stall_said + stall_s) { /* first after stall_s, then every stall_s */
 			stall_said = stall_long = lst;
 			mfs_warn("serve", "msg=\"learner stalled\" seconds=%.0f last_phase=%s detail=\"the learner thread has ended "
-			                  "no step for this long; the phase after the one named holds it (docs/STREAMING.md)\"",
+			                  "no step for this long; the phase after the one named holds it (docs/OPERATIONS.md, "
+			                  "a stalled learner)\"",
 			         lst, lph ? lph : "-");
 		} else if (stall_said > 0 && lst < stall_s) {
 			mfs_info("serve", "msg=\"learner going again\" stalled_s=%.0f", stall_long);
