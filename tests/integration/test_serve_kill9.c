@@ -57,15 +57,16 @@ static void test_kill9_exactly_once(void)
 	for (int r = 0; r < ROUNDS; r++) {
 		total += sh_produce_valid(bs, topic, PER_ROUND, 1000 + r);
 		sh_produce_bad(bs, topic, N_PARTS);
-		sh_snap_t b0 = sh_read(snap);
-		uint64_t before = b0.events + b0.held_out;
+		/* (applied events, not applied + held out: after ~19 rounds the held out outnumber one
+		 * round's applied events, and a count of both would never be reached by applied alone) */
+		const uint64_t before = sh_read(snap).events;
 		snprintf(group, sizeof group, "mfs-test-kill9-%d", r);
 		pid_t pid = sh_spawn(bs, topic, snap, group, log, NULL, extra);
 		int died;
 		sh_snap_t s = sh_wait_events(snap, pid, before + 1, 60, &died);
 		TEST_ASSERT_MSG(!died, "round %d: serve exited early (log %s)", r, log);
-		TEST_ASSERT_MSG(s.events >= before + 1, "round %d: no snapshot with new events in 60 s: serve stalled (log %s)",
-		                r, log);
+		TEST_ASSERT_MSG(s.events > before, "round %d: no snapshot with new events in 60 s: serve stalled (log %s)", r,
+		                log);
 		sample(&s);
 		int delay_ms = rand() % 400;
 		double t_end = mfs_now_s() + delay_ms / 1000.0;
