@@ -105,8 +105,8 @@ int mfs_learner_join(mfs_learner_t *l, char *errstr, size_t errstr_size);
 void mfs_learner_get_stats(mfs_learner_t *l, mfs_learner_stats_t *out);
 const char *mfs_learner_engine_name(const mfs_learner_t *l);
 /** Seconds since the learner thread last ended a phase of its loop (mfstream_learner_seconds'
- *  phases: it ends one at least twice a second while it runs, idle or busy), and the name of
- *  that phase; 0 while it is not running. Any thread. */
+ *  phases: at least twice a second while idle, after each step of a batch while busy), and the
+ *  name of that phase; 0 while it is not running. Any thread. */
 double mfs_learner_stalled_s(mfs_learner_t *l, const char **last_phase);
 void mfs_learner_close(mfs_learner_t *l);
 
