@@ -19,7 +19,8 @@
 # each, own seeds); TS_EVENTS and TS_RATE (default 3000000 at 100000/s) the time series run,
 # TS_EPM (default 100) its events per message, TS_HOLDOUT (0.02) and TS_FULLPASS_MS (1000) its
 # holdout and full-pass period, TS_ARGS more serve options, TS_PRODUCE_ARGS more options of its
-# producers, TS_WARM events sent first (at TS_WARM_RATE; the producers' own users, none
+# producers (the run stops when the disk under the snapshot has less than DISK_MIN_MB, default
+# 2048, MiB free), TS_WARM events sent first (at TS_WARM_RATE; the producers' own users, none
 # arriving) and applied before the measured run starts (the run's CPU profile: OUT-ts-threads.csv;
 # where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
@@ -323,6 +324,22 @@ start_serve "$d" "$tmp/serve-ts.log" --metrics.listen 127.0.0.1:0 --serve.holdou
 port=$(grep -o 'msg="metrics listening".*port=[0-9]*' "$tmp/serve-ts.log" | grep -o 'port=[0-9]*' | cut -d= -f2)
 "$py" scripts/scrape.py "http://127.0.0.1:$port/metrics" "$csv" --interval 0.5 &
 scr=$!
+# a disk guard: a snapshot directory that fills its disk can take a whole machine down with it
+# (a long run of new users writes tens of GB); below DISK_MIN_MB (2048) MiB free serve and the
+# producers are stopped and the run fails, saying so
+(
+	while kill -0 $spid 2>/dev/null; do
+		free_mb=$(df -Pm "$tmp" | awk 'NR == 2 { print $4 }')
+		if [ -n "$free_mb" ] && [ "$free_mb" -lt "${DISK_MIN_MB:-2048}" ]; then
+			echo "disk guard: $free_mb MiB free at $tmp, under DISK_MIN_MB=${DISK_MIN_MB:-2048}: stopping serve" \
+				"and the producers" >&2
+			kill -9 $spid
+			pkill -9 -P $$ -f "$bin produce" || true
+			exit 0
+		fi
+		sleep 1
+	done
+) &
 ts_n=${TS_EVENTS:-3000000}
 np=${PRODUCERS:-1}
 # TS_WARM events first (the producers' own users, none arriving), all applied before the
