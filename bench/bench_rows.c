@@ -20,7 +20,8 @@
  * pages), and for `serial` and `steps` the seconds of each of the three steps. --rated N also times what
  * the learner does next with the rows: the seen-items tracker (snapshot.seen_items N,
  * snapshots/snap_rated.h) fed every event (`sides`: one thread, as before; `steps`: a shard per
- * thread on the pool), cleared every 16 batches. --engine-draws leaves new rows' values to the
+ * thread on the pool), cleared every 16 batches (CSV: seen_items, its seconds and ns/event; 0
+ * without --rated). --engine-draws leaves new rows' values to the
  * engine (model_store/store.h engine_init_from), as serve on the CUDA engine does: no step 3. One process; variants and thread counts run one after another.
  */
 #include <inttypes.h>
@@ -88,7 +89,7 @@ int main(int argc, char **argv)
 	}
 	if (csv)
 		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row,"
-		             "lookup_s,add_s,values_s\n");
+		             "lookup_s,add_s,values_s,seen_items,seen_items_s,seen_items_ns_per_event\n");
 	printf("ids -> rows: %" PRIu64 " events, %" PRIu64 " active users, %.3g new users per event, %" PRIu64
 	       " items, k=%d, batches of %" PRIu64 "\n",
 	       events, users, arrival, items, k, batch);
@@ -166,8 +167,9 @@ int main(int argc, char **argv)
 			printf("%-7s %7d %9.3f %11.1f %12.2f %10u %14.3f %11.3f %8.3f %8.3f\n", vs, threads, secs, ns,
 			       (double)events / secs / 1e6, m->n_users, fpr, r.step_s[0], r.step_s[1], r.step_s[2]);
 			if (csv)
-				fprintf(csv, "%s,%d,%d,%" PRIu64 ",%g,%.4f,%.2f,%.0f,%u,%.4f,%.4f,%.4f,%.4f\n", vs, threads, k, events,
-				        arrival, secs, ns, (double)events / secs, m->n_users, fpr, r.step_s[0], r.step_s[1], r.step_s[2]);
+				fprintf(csv, "%s,%d,%d,%" PRIu64 ",%g,%.4f,%.2f,%.0f,%u,%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.2f\n", vs, threads, k,
+				        events, arrival, secs, ns, (double)events / secs, m->n_users, fpr, r.step_s[0], r.step_s[1],
+				        r.step_s[2], rated ? rated_max : 0, rated_s, rated ? rated_s * 1e9 / (double)events : 0.0);
 			if (rated)
 				printf("%-7s %7d seen items (snapshot.seen_items %d, %s): %.3f s, %.1f ns/event\n", vs, threads, rated_max,
 				       sides ? "one thread, as before" : "a shard per thread", rated_s, rated_s * 1e9 / (double)events);
