@@ -582,7 +582,8 @@ static void side_trim(struct stage_side *ss, size_t n, size_t w)
 	}
 }
 
-/* Staging ids by a rows list on a pool (side_fill, copy == 2): each task checks and stages one
+/* Staging ids by a rows list (side_fill, copy == 2: serve's stages) in chunks: one on the
+ * caller's thread, or, for a long list, several on a pool. Each task checks and stages its
  * chunk of rows, counting its string ids' bytes; the bytes are copied into the arena once its
  * size is known, each chunk at its own offset. The first failing row (lowest index) is the
  * one reported, as when one thread walks them. */
@@ -668,18 +669,22 @@ static void fill_strs_task(void *arg, size_t t)
 	}
 }
 
-/* side_fill's ids-only staging of a rows list, on par (room for n rows is made). */
-static int side_fill_ids_par(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const uint32_t *seen,
-                             const uint16_t *gen, uint32_t n_model, const uint32_t *rows, size_t n, mfs_par_t *par,
-                             char *errstr, size_t es)
+/* side_fill's ids-only staging of a rows list (room for n > 0 rows is made): one chunk on the
+ * caller's thread, or chunks on par for a long list. */
+static int side_fill_ids_list(struct stage_side *ss, const char *ent, const mfs_idmap_t *map, const uint32_t *seen,
+                              const uint16_t *gen, uint32_t n_model, const uint32_t *rows, size_t n, mfs_par_t *par,
+                              char *errstr, size_t es)
 {
-	const size_t tasks_max = 4 * (size_t)mfs_par_threads(par);
-	struct fill_job j = {ss, map, seen, rows, gen, n_model, n, 0, NULL};
-	j.chunk = (n + tasks_max - 1) / tasks_max;
-	if (j.chunk < 8192)
-		j.chunk = 8192;
+	struct fill_chunk one;
+	struct fill_job j = {ss, map, seen, rows, gen, n_model, n, n, &one};
+	if (n >= STAGE_PAR_MIN && mfs_par_threads(par) > 1) {
+		const size_t tasks_max = 4 * (size_t)mfs_par_threads(par);
+		j.chunk = (n + tasks_max - 1) / tasks_max;
+		if (j.chunk < 8192)
+			j.chunk = 8192;
+	}
 	const size_t tasks = (n + j.chunk - 1) / j.chunk;
-	if (!(j.c = malloc(tasks * sizeof *j.c)))
+	if (tasks > 1 && !(j.c = malloc(tasks * sizeof *j.c)))
 		return mfs_errf(errstr, es, ENOMEM, "out of memory for %zu %s rows", n, ent);
 	mfs_par_run(par, tasks, fill_ids_task, &j);
 	size_t bytes = 0;
@@ -701,7 +706,8 @@ static int side_fill_ids_par(struct stage_side *ss, const char *ent, const mfs_i
 		mfs_par_run(par, tasks, fill_strs_task, &j);
 		ss->str_n = bytes;
 	}
-	free(j.c);
+	if (j.c != &one)
+		free(j.c);
 	if (rc) {
 		ss->mrow_end = 0;
 		return rc;
@@ -754,8 +760,8 @@ static int side_fill(struct stage_side *ss, const char *ent, const mfs_idmap_t *
 		ss->mgen = mg;
 		ss->m_cap = n;
 	}
-	if (copy == 2 && rows && par && mfs_par_threads(par) > 1 && n >= STAGE_PAR_MIN)
-		return side_fill_ids_par(ss, ent, map, seen, gen, n_model, rows, n, par, errstr, es);
+	if (copy == 2 && rows) /* serve's stages */
+		return side_fill_ids_list(ss, ent, map, seen, gen, n_model, rows, n, par, errstr, es);
 	/* string ids: their bytes first (pointers are set once the arena stops moving) */
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
