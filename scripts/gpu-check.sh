@@ -64,6 +64,7 @@ tests)
 	build || exit 1
 	step test_cuda_persistent 120 "$build/tests/test_cuda_persistent"
 	step test_cuda_parity 120 "$build/tests/test_cuda_parity"
+	step test_cuda_first_launch 150 "$build/tests/test_cuda_first_launch"
 	for t in test_serve_mock test_serve_kill9 test_serve_backpressure test_serve_reader test_serve_faults \
 		test_serve_rebalance_paused test_serve_exit_at_end test_serve_slow_writer test_serve_kill9_evict test_serve_delete; do
 		mkdir -p "$out/tmp/$t"

@@ -379,3 +379,15 @@ int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, in
 	MFS_CUDA_TRY(cudaEventRecord(c->r_done, c->stream));
 	return beside_wait(c, c->r_done);
 }
+
+/* The kernels gather_launch and cuda_reset_rows launch, for pk_open's load of the kernels
+ * beside the ring. */
+const void *gather_rows_fn(int fp16)
+{
+	return fp16 ? (const void *)gather_rows_kernel<__half> : (const void *)gather_rows_kernel<float>;
+}
+
+const void *scatter_rows_fn(int fp16)
+{
+	return fp16 ? (const void *)scatter_rows_kernel<__half> : (const void *)scatter_rows_kernel<float>;
+}

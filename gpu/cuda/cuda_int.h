@@ -204,6 +204,7 @@ int pk_submit(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 /* ---- init.cu ---- */
 /* Rows [a, a+n) of side ent: mfs_model_init_row's values and a zero bias, drawn on stream s. */
 int init_rows_launch(struct cuda_impl *c, const mfs_model_t *m, int ent, size_t a, size_t n, cudaStream_t s);
+const void *init_rows_fn(int fp16);
 
 /* ---- capture.cu ---- */
 int cuda_sync(mfs_engine_t *e);
@@ -212,5 +213,7 @@ int cuda_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, cons
 int cuda_capture_wait(mfs_engine_t *e);
 int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
 void reset_free(struct cuda_impl *c);
+const void *gather_rows_fn(int fp16);
+const void *scatter_rows_fn(int fp16);
 
 #endif

@@ -92,6 +92,13 @@ static int cuda_grow(mfs_engine_t *e)
 	int rc;
 	if ((m->n_users > c->cap_u || m->n_items > c->cap_i) && (rc = pk_stop(c)))
 		return rc; /* new tables: the kernel restarts on them at the next batch */
+	/* rows drawn on the device are a kernel on the ring's copy stream, ahead of the next
+	 * slot's publish: where the persistent kernel leaves no room beside it, that kernel would
+	 * wait for an SM the persistent kernel never gives back, and the kernel for that slot */
+	const int draw = (m->n_users > c->n_u && m->engine_init_from[0] < m->n_users) ||
+	                 (m->n_items > c->n_i && m->engine_init_from[1] < m->n_items);
+	if (draw && !c->pk.beside && (rc = pk_stop(c)))
+		return rc;
 	if ((rc = dev_grow(c, &c->P, &c->bu, &c->cap_u, m->n_users, k)) ||
 	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)))
 		return rc;

@@ -50,3 +50,9 @@ int init_rows_launch(struct cuda_impl *c, const mfs_model_t *m, int ent, size_t 
 	MFS_CUDA_TRY(cudaGetLastError());
 	return 0;
 }
+
+/* The kernel init_rows_launch launches, for pk_open's load of the kernels beside the ring. */
+const void *init_rows_fn(int fp16)
+{
+	return fp16 ? (const void *)init_rows_kernel<__half> : (const void *)init_rows_kernel<float>;
+}

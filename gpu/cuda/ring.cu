@@ -355,6 +355,24 @@ void pk_free(struct cuda_impl *c)
 	memset(h, 0, sizeof *h);
 }
 
+/* Load the code of every kernel that may be launched beside the running persistent kernel
+ * (loss, new rows drawn, snapshot gather, rows reset) before it first runs. CUDA loads a
+ * kernel at its first use by default (lazy loading, CUDA 12.2 and later), and that load may
+ * wait for the device to be idle, which it never is while the persistent kernel runs: serve
+ * hung in the first launch of init_rows_kernel, on the first batch with a new user after a
+ * restart from a snapshot (docs/ENGINE.md, "Residency"; tests/gpu/test_cuda_first_launch.c).
+ * Asking for a kernel's attributes loads it. */
+static int pk_load_beside(const struct cuda_impl *c, int k)
+{
+	const void *fn[] = {loss_fn(c->fp16, k), init_rows_fn(c->fp16), gather_rows_fn(c->fp16),
+	                    scatter_rows_fn(c->fp16)};
+	for (size_t j = 0; j < sizeof fn / sizeof fn[0]; j++) {
+		cudaFuncAttributes a;
+		MFS_CUDA_TRY(cudaFuncGetAttributes(&a, fn[j]));
+	}
+	return 0;
+}
+
 /* Allocate the ring and size the grid: SMs x (occupancy - the blocks a loss kernel needs), so
  * the loss and gather kernels of full passes, prequential scoring and snapshots run beside it;
  * without conf.frequent_loss (nobody scores every batch) SMs x occupancy, and those calls stop it. */
@@ -438,6 +456,9 @@ int pk_open(mfs_engine_t *e)
 	h->grid = c->sms * use;
 	if (e->conf.cuda_pk_oversubscribe) /* test hook: more blocks than fit, still beside */
 		h->grid = 2 * c->sms * bps;
+	int rc = pk_load_beside(c, k);
+	if (rc)
+		return rc;
 	h->on = 1;
 	mfs_info("cuda", "msg=\"persistent kernel\" k=%d fp16=%d blocks=%d blocks_per_sm=%d of=%d regs=%d loss_regs=%d "
 	                 "loss_beside=%d slots=%u slot_ratings=%u batch_kernel_blocks_per_sm=%d",

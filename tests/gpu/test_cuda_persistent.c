@@ -513,6 +513,13 @@ static void device_init(int persistent)
 
 static void test_device_init(void) { device_init(0); }
 static void test_device_init_persistent(void) { device_init(1); }
+/* the kernel takes the whole GPU: drawing rows stops it (no room beside it for the draw) */
+static void test_device_init_whole_gpu(void)
+{
+	g_whole = 1;
+	device_init(1);
+	g_whole = 0;
+}
 
 int main(void)
 {
@@ -527,6 +534,7 @@ int main(void)
 		TEST_RUN(test_reset_rows);
 		TEST_RUN(test_device_init);
 		TEST_RUN(test_device_init_persistent);
+		TEST_RUN(test_device_init_whole_gpu);
 		if (!getenv("MFS_TEST_QUICK"))
 			TEST_RUN(test_ring_accuracy);
 	}
