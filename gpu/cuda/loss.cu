@@ -18,7 +18,7 @@
 #include "gpu/cuda/cuda_int.h"
 #include "gpu/cuda/step.cuh"
 
-#define LOSS_CHUNK 4096 /* ratings per loss block: fixed, so the reduction order is fixed */
+#define LOSS_CHUNK 512 /* ratings per loss block: fixed, so the reduction order is fixed */
 
 /* loss_kernel: for each rating (u, i, r)
  *   pred = clip(mu + bu[u] + bi[i] + p.q, clip_min, clip_max)   (the reference's predict:
