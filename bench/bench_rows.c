@@ -3,7 +3,7 @@
  *
  *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
  *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,serial,steps] [--rated N] [--engine-draws]
- *              [--csv FILE]
+ *              [--csv FILE] [--trace FILE]
  *
  * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
  * users + floor(A n) users have joined and the event's user is one of the `users` most recent
@@ -23,6 +23,9 @@
  * thread on the pool), cleared every 16 batches (CSV: seen_items, its seconds and ns/event; 0
  * without --rated). --engine-draws leaves new rows' values to the
  * engine (model_store/store.h engine_init_from), as serve on the CUDA engine does: no step 3. One process; variants and thread counts run one after another.
+ * --trace FILE: a row every 2 M events (variant, threads, events so far, user rows, ns/event over
+ * those 2 M): where the id map's tables double (every shard at about once, each time the ids pass
+ * a power of two: 16.8 M, 33.6 M users) and drain, the cost shows as a run of slower rows.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -48,7 +51,7 @@ int main(int argc, char **argv)
 	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
 	double arrival = 0.1;
 	int rated_max = 0, engine_draws = 0;
-	const char *threads_s = "1,2,4,8", *variants_s = "sides,serial,steps", *csv_path = NULL;
+	const char *threads_s = "1,2,4,8", *variants_s = "sides,serial,steps", *csv_path = NULL, *trace_path = NULL;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : "";
 		if (!strcmp(argv[a], "--k"))
@@ -73,6 +76,8 @@ int main(int argc, char **argv)
 			rated_max = atoi(v), a++;
 		else if (!strcmp(argv[a], "--csv"))
 			csv_path = v, a++;
+		else if (!strcmp(argv[a], "--trace"))
+			trace_path = v, a++;
 		else {
 			fprintf(stderr, "usage: see the header of bench/bench_rows.c\n");
 			return 2;
@@ -87,6 +92,13 @@ int main(int argc, char **argv)
 		perror(csv_path);
 		return 1;
 	}
+	FILE *trace = trace_path ? fopen(trace_path, "w") : NULL;
+	if (trace_path && !trace) {
+		perror(trace_path);
+		return 1;
+	}
+	if (trace)
+		fprintf(trace, "variant,threads,events,users,ns_per_event\n");
 	if (csv)
 		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row,"
 		             "lookup_s,add_s,values_s,seen_items,seen_items_s,seen_items_ns_per_event\n");
@@ -135,7 +147,8 @@ int main(int argc, char **argv)
 			double rated_s = 0;
 			mfs_rng_t g;
 			mfs_rng_seed(&g, 12345);
-			double secs = 0;
+			double secs = 0, trace_s = 0;
+			uint64_t trace_ev = 0;
 			long f0 = minflt();
 			for (uint64_t pos = 0, nb = 0; pos < events; nb++) {
 				b.n = events - pos < batch ? (size_t)(events - pos) : (size_t)batch;
@@ -151,6 +164,13 @@ int main(int argc, char **argv)
 				}
 				const double t1 = mfs_now_s();
 				secs += t1 - t0;
+				trace_s += t1 - t0;
+				trace_ev += b.n;
+				if (trace && (trace_ev >= 2000000 || pos == events)) {
+					fprintf(trace, "%s,%d,%" PRIu64 ",%u,%.2f\n", vs, threads, pos, m->n_users,
+					        trace_s * 1e9 / (double)trace_ev);
+					trace_s = 0, trace_ev = 0;
+				}
 				if (rated && mfs_snap_rated_add_many(rated, m, r.u, r.i, b.n, r.par)) {
 					fprintf(stderr, "bench_rows: out of memory\n");
 					return 1;
@@ -181,5 +201,7 @@ int main(int argc, char **argv)
 	free(b.ev);
 	if (csv)
 		fclose(csv);
+	if (trace)
+		fclose(trace);
 	return 0;
 }
