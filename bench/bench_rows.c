@@ -3,7 +3,7 @@
  *
  *   bench_rows [--k 128] [--users 1000000] [--arrival 0.1] [--items 200000] [--events 20000000]
  *              [--batch 65536] [--threads 1,2,4,8] [--variants sides,serial,steps] [--rated N] [--engine-draws]
- *              [--csv FILE] [--trace FILE]
+ *              [--csv FILE] [--trace FILE] [--prepare 0|1]
  *
  * The stream is the one of `gen --gen.user_arrival A` (ingest/synth.c): before event n,
  * users + floor(A n) users have joined and the event's user is one of the `users` most recent
@@ -26,6 +26,8 @@
  * --trace FILE: a row every 2 M events (variant, threads, events so far, user rows, ns/event over
  * those 2 M): where the id map's tables double (every shard at about once, each time the ids pass
  * a power of two: 16.8 M, 33.6 M users) and drain, the cost shows as a run of slower rows.
+ * --prepare 1 (the default, as serve): the id maps' next tables are mapped and touched ahead on
+ * helper threads (mfs_model_prepare_ahead); 0: at the doubling, on the writer's path.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,7 +52,7 @@ int main(int argc, char **argv)
 	int k = 128;
 	uint64_t users = 1000000, items = 200000, events = 20000000, batch = 65536;
 	double arrival = 0.1;
-	int rated_max = 0, engine_draws = 0;
+	int rated_max = 0, engine_draws = 0, prepare = 1;
 	const char *threads_s = "1,2,4,8", *variants_s = "sides,serial,steps", *csv_path = NULL, *trace_path = NULL;
 	for (int a = 1; a < argc; a++) {
 		const char *v = a + 1 < argc ? argv[a + 1] : "";
@@ -78,6 +80,8 @@ int main(int argc, char **argv)
 			csv_path = v, a++;
 		else if (!strcmp(argv[a], "--trace"))
 			trace_path = v, a++;
+		else if (!strcmp(argv[a], "--prepare"))
+			prepare = atoi(v), a++;
 		else {
 			fprintf(stderr, "usage: see the header of bench/bench_rows.c\n");
 			return 2;
@@ -98,7 +102,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (trace)
-		fprintf(trace, "variant,threads,events,users,ns_per_event\n");
+		fprintf(trace, "variant,threads,prepare,events,users,ns_per_event\n");
 	if (csv)
 		fprintf(csv, "variant,threads,k,events,arrival,seconds,ns_per_event,events_per_s,new_users,minflt_per_new_row,"
 		             "lookup_s,add_s,values_s,seen_items,seen_items_s,seen_items_ns_per_event\n");
@@ -130,7 +134,8 @@ int main(int argc, char **argv)
 			mfs_model_conf_t mc = {k, 0.1, 7};
 			mfs_model_t *m;
 			mfs_rows_t r;
-			if (mfs_model_init(&mc, &m) || mfs_rows_init(&r, m, threads) || mfs_rows_start(&r)) {
+			if (mfs_model_init(&mc, &m) || mfs_rows_init(&r, m, threads) || mfs_rows_start(&r) ||
+			    (prepare && mfs_model_prepare_ahead(m))) {
 				fprintf(stderr, "bench_rows: out of memory\n");
 				return 1;
 			}
@@ -167,7 +172,7 @@ int main(int argc, char **argv)
 				trace_s += t1 - t0;
 				trace_ev += b.n;
 				if (trace && (trace_ev >= 2000000 || pos == events)) {
-					fprintf(trace, "%s,%d,%" PRIu64 ",%u,%.2f\n", vs, threads, pos, m->n_users,
+					fprintf(trace, "%s,%d,%d,%" PRIu64 ",%u,%.2f\n", vs, threads, prepare, pos, m->n_users,
 					        trace_s * 1e9 / (double)trace_ev);
 					trace_s = 0, trace_ev = 0;
 				}
@@ -193,6 +198,12 @@ int main(int argc, char **argv)
 			if (rated)
 				printf("%-7s %7d seen items (snapshot.seen_items %d, %s): %.3f s, %.1f ns/event\n", vs, threads, rated_max,
 				       sides ? "one thread, as before" : "a shard per thread", rated_s, rated_s * 1e9 / (double)events);
+			if (prepare) {
+				uint64_t pp, pu, pi;
+				mfs_idmap_prepare_counts(m->users, &pp, &pu, &pi);
+				printf("%-7s %7d user map: %" PRIu64 " tables prepared ahead, %" PRIu64 " rehashes took one, %" PRIu64
+				       " mapped their own\n", vs, threads, pp, pu, pi);
+			}
 			mfs_snap_rated_free(rated);
 			mfs_rows_free(&r);
 			mfs_model_free(m);

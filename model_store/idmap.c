@@ -23,9 +23,23 @@
  * own load and its own incremental rehash, so that a batch's new ids can be placed on several
  * threads at once, a shard per thread (mfs_idmap_add_*: see store.h). Rows and keys stay one
  * dense array: the rows of a batch's new ids are numbered by one thread, in order.
+ *
+ * Tables prepared ahead (mfs_idmap_prepare_ahead): with uniform hashes every shard doubles at
+ * about the same insert, and the first inserts into the new tables touch all their pages at
+ * once: at 33.6 M ids 2 GB of fresh pages for the kernel to zero, ~0.3 s of the writer's time
+ * (docs/BENCHMARKS.md, the id map's doublings). With it on, a helper thread maps and touches
+ * a shard's next table when the shard passes 3/8 load, and the rehash at 1/2 takes that
+ * table if it is ready (else it maps one as before). A shard's `prep` slot is handed between
+ * the writer and the helper by its state alone: ASKED (writer) -> BUSY (helper) -> READY
+ * (helper) -> taken (writer); the writer may cancel ASKED, or mark BUSY stale for the helper
+ * to free.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -57,12 +71,21 @@ struct table {
 	size_t tombs; /* slots holding TOMB */
 };
 
+/* A shard's next table, prepared by the helper (see the header) */
+enum { PREP_NONE, PREP_ASKED, PREP_BUSY, PREP_READY, PREP_STALE };
+struct prep {
+	_Atomic int state;
+	size_t slots;   /* asked for (set by the writer before ASKED) */
+	struct table t; /* mapped and touched (valid in READY; the helper's in BUSY and STALE) */
+};
+
 /* The slots of the ids whose hash has these top bits. */
 struct shard {
 	struct table t;     /* where inserts go */
 	struct table old;   /* draining (s == NULL when not rehashing) */
 	size_t migrate_pos; /* next old slot to copy */
 	size_t live;        /* ids held in this shard */
+	struct prep prep;
 };
 
 #define SHARD_SHIFT (64 - MFS_IDMAP_SHARD_BITS)
@@ -74,8 +97,18 @@ struct key {
 	uint8_t kind;
 };
 
+struct preparer {
+	pthread_t tid;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int on, stop, asked;     /* asked: a shard's state went to ASKED since the helper looked */
+	_Atomic uint64_t prepared; /* tables the helper made (its own count) */
+	uint64_t used, inline_maps; /* rehashes that took a prepared table, that mapped their own */
+};
+
 struct mfs_idmap {
 	struct shard sh[MFS_IDMAP_SHARDS];
+	struct preparer pr;
 	struct key *keys;   /* kind 0: a dead row */
 	uint32_t n, cap;    /* rows handed out (live or dead), allocated */
 	uint32_t live;      /* ids held */
@@ -222,9 +255,14 @@ static void migrate(struct shard *sh, size_t steps)
  * the old one drained (not expected: see MIGRATE_STEP): the old one is drained all at once
  * first rather than let the chains grow. @return 0 or ENOMEM (the shard as it was, or with a
  * rehash started: the same ids either way). */
-static int shard_room(struct shard *sh, size_t more)
+static void prep_ask(mfs_idmap_t *m, struct shard *sh, size_t more);
+static int prep_take(mfs_idmap_t *m, struct shard *sh, size_t slots, struct table *nt);
+
+static int shard_room(mfs_idmap_t *m, struct shard *sh, size_t more)
 {
 	const size_t load = (sh->live + more) * 2 + sh->t.tombs * 2;
+	if (m->pr.on)
+		prep_ask(m, sh, more);
 	if (load <= sh->t.mask + 1)
 		return 0;
 	if (sh->old.s)
@@ -237,12 +275,142 @@ static int shard_room(struct shard *sh, size_t more)
 	while ((sh->live + more) * 2 > slots)
 		slots *= 2;
 	struct table nt;
-	if (table_alloc(&nt, slots))
+	if (!prep_take(m, sh, slots, &nt) && table_alloc(&nt, slots))
 		return ENOMEM;
 	sh->old = sh->t;
 	sh->t = nt;
 	sh->migrate_pos = 0;
 	return 0;
+}
+
+/* ---- tables prepared ahead ------------------------------------------------------------- */
+
+/* The writer: past 3/8 load, ask for the table the rehash at 1/2 will want (twice as large:
+ * the usual case; a rehash that wants another size maps its own). Only tables big enough to be
+ * mapped (BIG_TABLE) are worth it. */
+static void prep_ask(mfs_idmap_t *m, struct shard *sh, size_t more)
+{
+	const size_t slots = sh->t.mask + 1;
+	if ((sh->live + more) * 8 < slots * 3 || 2 * slots * sizeof(struct slot) < BIG_TABLE ||
+	    atomic_load_explicit(&sh->prep.state, memory_order_acquire) != PREP_NONE)
+		return;
+	sh->prep.slots = 2 * slots;
+	atomic_store_explicit(&sh->prep.state, PREP_ASKED, memory_order_release);
+	pthread_mutex_lock(&m->pr.mu);
+	m->pr.asked = 1;
+	pthread_cond_signal(&m->pr.cv);
+	pthread_mutex_unlock(&m->pr.mu);
+}
+
+/* The writer, at the rehash: the prepared table if it is ready and of this size (1), else 0
+ * (the caller maps one); a request not started is cancelled, one under way left for the
+ * helper to free. */
+static int prep_take(mfs_idmap_t *m, struct shard *sh, size_t slots, struct table *nt)
+{
+	if (!m->pr.on)
+		return 0;
+	int took = 0;
+	for (;;) {
+		int st = atomic_load_explicit(&sh->prep.state, memory_order_acquire);
+		if (st == PREP_READY) {
+			if (sh->prep.t.mask + 1 == slots) {
+				*nt = sh->prep.t;
+				took = 1;
+			} else {
+				table_free(&sh->prep.t);
+			}
+			sh->prep.t.s = NULL;
+			atomic_store_explicit(&sh->prep.state, PREP_NONE, memory_order_release);
+			break;
+		}
+		if (st == PREP_ASKED || st == PREP_BUSY) { /* not started: cancel; under way: stale */
+			if (atomic_compare_exchange_strong(&sh->prep.state, &st, st == PREP_ASKED ? PREP_NONE : PREP_STALE))
+				break;
+			continue; /* the helper moved it on meanwhile */
+		}
+		break; /* NONE, or STALE (the helper frees it) */
+	}
+	if (took)
+		m->pr.used++;
+	else
+		m->pr.inline_maps++;
+	return took;
+}
+
+/* Map a table of `slots` and touch every page of it, so that its first inserts find the pages
+ * there (zeroed here, off the writer's path). */
+static int prep_make(struct table *t, size_t slots)
+{
+	if (table_alloc(t, slots))
+		return ENOMEM;
+	const size_t bytes = slots * sizeof *t->s, page = (size_t)sysconf(_SC_PAGESIZE);
+	volatile char *p = (volatile char *)t->s;
+	for (size_t at = 0; at < bytes; at += page)
+		p[at] = 0;
+	return 0;
+}
+
+static void *preparer_main(void *arg)
+{
+	mfs_idmap_t *m = arg;
+	pthread_mutex_lock(&m->pr.mu);
+	for (;;) {
+		while (!m->pr.asked && !m->pr.stop)
+			pthread_cond_wait(&m->pr.cv, &m->pr.mu);
+		if (m->pr.stop)
+			break;
+		m->pr.asked = 0;
+		pthread_mutex_unlock(&m->pr.mu);
+		for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++) {
+			struct prep *pp = &m->sh[s].prep;
+			int want = PREP_ASKED;
+			if (!atomic_compare_exchange_strong(&pp->state, &want, PREP_BUSY))
+				continue;
+			struct table t = {0};
+			const int rc = prep_make(&t, pp->slots);
+			if (!rc)
+				pp->t = t;
+			want = PREP_BUSY;
+			if (!rc && atomic_compare_exchange_strong(&pp->state, &want, PREP_READY)) {
+				m->pr.prepared++;
+				continue;
+			}
+			if (!rc) /* stale: the rehash came first */
+				table_free(&pp->t);
+			pp->t.s = NULL;
+			atomic_store(&pp->state, PREP_NONE); /* (out of memory: the rehash maps its own) */
+		}
+		pthread_mutex_lock(&m->pr.mu);
+	}
+	pthread_mutex_unlock(&m->pr.mu);
+	return NULL;
+}
+
+int mfs_idmap_prepare_ahead(mfs_idmap_t *m)
+{
+	if (m->pr.on)
+		return 0;
+	if (pthread_mutex_init(&m->pr.mu, NULL))
+		return ENOMEM;
+	if (pthread_cond_init(&m->pr.cv, NULL)) {
+		pthread_mutex_destroy(&m->pr.mu);
+		return ENOMEM;
+	}
+	if (pthread_create(&m->pr.tid, NULL, preparer_main, m)) {
+		pthread_cond_destroy(&m->pr.cv);
+		pthread_mutex_destroy(&m->pr.mu);
+		return EAGAIN;
+	}
+	pthread_setname_np(m->pr.tid, "mfs-idmap-prep");
+	m->pr.on = 1;
+	return 0;
+}
+
+void mfs_idmap_prepare_counts(const mfs_idmap_t *m, uint64_t *prepared, uint64_t *used, uint64_t *inline_maps)
+{
+	*prepared = atomic_load(&m->pr.prepared);
+	*used = m->pr.used;
+	*inline_maps = m->pr.inline_maps;
 }
 
 int mfs_idmap_init(mfs_idmap_t **out)
@@ -263,9 +431,20 @@ void mfs_idmap_free(mfs_idmap_t *m)
 {
 	if (!m)
 		return;
+	if (m->pr.on) {
+		pthread_mutex_lock(&m->pr.mu);
+		m->pr.stop = 1;
+		pthread_cond_signal(&m->pr.cv);
+		pthread_mutex_unlock(&m->pr.mu);
+		pthread_join(m->pr.tid, NULL);
+		pthread_mutex_destroy(&m->pr.mu);
+		pthread_cond_destroy(&m->pr.cv);
+	}
 	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++) {
 		table_free(&m->sh[s].t);
 		table_free(&m->sh[s].old);
+		if (atomic_load(&m->sh[s].prep.state) == PREP_READY) /* (the helper has ended: no BUSY) */
+			table_free(&m->sh[s].prep.t);
 	}
 	free(m->keys);
 	free(m->arena);
@@ -382,7 +561,7 @@ int mfs_idmap_insert_h(mfs_idmap_t *m, const mfs_id_t *id, uint64_t h, uint32_t 
 	struct shard *sh = &m->sh[shard_of(h)];
 	if ((rc = keys_room(m, (size_t)row + 1)) ||
 	    (id->kind == MFS_ID_STR && mfs_grow((void **)&m->arena, &m->arena_cap, m->arena_len + id->len, 1)) ||
-	    (rc = shard_room(sh, 1)))
+	    (rc = shard_room(m, sh, 1)))
 		return rc ? rc : ENOMEM;
 	migrate(sh, MIGRATE_STEP);
 	key_set(m, row, id);
@@ -428,7 +607,7 @@ int mfs_idmap_add_begin(mfs_idmap_t *m, mfs_idmap_add_t *a)
 		return rc ? rc : ENOMEM;
 	size_t at = 0;
 	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++) {
-		if (count[s] && (rc = shard_room(&m->sh[s], count[s])))
+		if (count[s] && (rc = shard_room(m, &m->sh[s], count[s])))
 			return rc;
 		a->start[s] = at;
 		at += count[s];

@@ -78,6 +78,12 @@ int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out)
 	return 0;
 }
 
+int mfs_model_prepare_ahead(mfs_model_t *m)
+{
+	int rc = mfs_idmap_prepare_ahead(m->users);
+	return rc ? rc : mfs_idmap_prepare_ahead(m->items);
+}
+
 void mfs_model_free(mfs_model_t *m)
 {
 	if (!m)

@@ -58,6 +58,13 @@ typedef struct mfs_idmap mfs_idmap_t;
 
 int mfs_idmap_init(mfs_idmap_t **out);
 void mfs_idmap_free(mfs_idmap_t *m);
+/** From now on a helper thread (mfs-idmap-prep, ended by mfs_idmap_free) maps and touches a
+ *  shard's next table when the shard passes 3/8 load, so the rehash at 1/2 finds its pages
+ *  there instead of having the kernel zero them under the inserts (tables of 2 MiB and more).
+ *  The map's contents and its calls' results are the same either way. @return 0, ENOMEM, EAGAIN. */
+int mfs_idmap_prepare_ahead(mfs_idmap_t *m);
+/** Tables the helper prepared, rehashes that took one, rehashes that mapped their own. */
+void mfs_idmap_prepare_counts(const mfs_idmap_t *m, uint64_t *prepared, uint64_t *used, uint64_t *inline_maps);
 /** Row of id, or MFS_ROW_NONE. */
 uint32_t mfs_idmap_find(const mfs_idmap_t *m, const mfs_id_t *id);
 /** The same with h = mfs_idmap_hash(id) computed beforehand. Reads only: several threads may
@@ -181,6 +188,9 @@ typedef struct mfs_model {
 
 int mfs_model_init(const mfs_model_conf_t *conf, mfs_model_t **out);
 void mfs_model_free(mfs_model_t *m);
+/** Both id maps prepare their next tables ahead on helper threads (mfs_idmap_prepare_ahead):
+ *  serve, where new ids arrive at stream speed. @return 0, ENOMEM, EAGAIN. */
+int mfs_model_prepare_ahead(mfs_model_t *m);
 /** Row for a user/item, adding and initializing it (bias 0, seeded factors) if new. */
 int mfs_model_user_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);
 int mfs_model_item_row(mfs_model_t *m, const mfs_id_t *id, uint32_t *row);

@@ -925,6 +925,12 @@ static void *thread_main(void *arg)
 		         l->rows.threads, mfs_strerror(rc));
 		rc = 0;
 	}
+	/* a doubling of the id maps finds its new tables' pages there (model_store/idmap.c) */
+	if ((rc = mfs_model_prepare_ahead(l->m))) {
+		mfs_warn("serve", "msg=\"id map helper not started: tables grow on the learner's path\" err=\"%s\"",
+		         mfs_strerror(rc));
+		rc = 0;
+	}
 	if ((rc = mfs_publisher_start(l->pub, l->e))) {
 		mfs_errf(l->err, sizeof l->err, rc, "snapshot writer thread: %s", strerror(rc));
 	} else {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/err.h"
 #include "model_store/admit.h"
@@ -243,6 +244,86 @@ static void test_idmap_add_many(void)
 	mfs_idmap_free(m);
 }
 
+/* Tables prepared ahead (mfs_idmap_prepare_ahead): 32 shards pass 3/8 of their 65,536 slots
+ * (the first size whose next table is mapped), the helper prepares every next table (waited
+ * for as a condition: on a busy machine it may take a while), then the shards pass 1/2 and
+ * every rehash takes its prepared table. Every id keeps its row throughout, inserted one at a
+ * time and many at once, with removals between; a map without the helper gives the same rows. */
+static void test_idmap_prepare_ahead(void)
+{
+	mfs_idmap_t *m, *ref;
+	TEST_OK(mfs_idmap_init(&m));
+	TEST_OK(mfs_idmap_init(&ref));
+	TEST_OK(mfs_idmap_prepare_ahead(m));
+	TEST_OK(mfs_idmap_prepare_ahead(m)); /* a second call: nothing more */
+	const uint32_t n1 = 880000, n2 = 1200000; /* 27,500 and 37,500 ids a shard on average */
+	uint32_t row, rref;
+	for (uint32_t x = 0; x < n1; x++) {
+		mfs_id_t id = mfs_id_u64((uint64_t)x * 2654435761u + 17);
+		TEST_OK(mfs_idmap_get_or_add(m, &id, &row, NULL));
+		TEST_OK(mfs_idmap_get_or_add(ref, &id, &rref, NULL));
+		if (row != rref) {
+			TEST_ASSERT_MSG(0, "id %u: row %u, %u without the helper", x, row, rref);
+			break;
+		}
+	}
+	uint64_t prepared = 0, used = 0, own = 0;
+	for (int waited = 0; waited < 120000; waited += 10) { /* a condition, bounded generously */
+		mfs_idmap_prepare_counts(m, &prepared, &used, &own);
+		if (prepared >= MFS_IDMAP_SHARDS)
+			break;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	TEST_EQ_INT(prepared, MFS_IDMAP_SHARDS);
+	TEST_EQ_INT(used, 0);
+	/* the rest many at once, removals of every 97th id first (tombstones in the old tables) */
+	for (uint32_t x = 0; x < n1; x += 97) {
+		mfs_id_t id = mfs_id_u64((uint64_t)x * 2654435761u + 17);
+		mfs_idmap_remove(m, mfs_idmap_find(m, &id));
+		mfs_idmap_remove(ref, mfs_idmap_find(ref, &id));
+	}
+	const size_t n = n2 - n1;
+	mfs_id_t *ids = calloc(n, sizeof *ids);
+	uint64_t *h = calloc(n, sizeof *h);
+	uint32_t *idx = calloc(n, sizeof *idx), *got = calloc(n, sizeof *got);
+	TEST_ASSERT(ids && h && idx && got);
+	for (size_t x = 0; x < n; x++) {
+		ids[x] = mfs_id_u64((uint64_t)(n1 + x) * 2654435761u + 17);
+		h[x] = mfs_idmap_hash(&ids[x]);
+		idx[x] = (uint32_t)x;
+	}
+	mfs_idmap_add_t a = {0};
+	a.n = n;
+	a.base = (const char *)ids;
+	a.stride = sizeof *ids;
+	a.idx = idx;
+	a.h = h;
+	TEST_OK(mfs_idmap_add_begin(m, &a));
+	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++)
+		mfs_idmap_add_shard(m, &a, s);
+	TEST_EQ_INT(mfs_idmap_add_number(m, &a, got), n);
+	for (unsigned s = 0; s < MFS_IDMAP_SHARDS; s++)
+		mfs_idmap_add_end(m, &a, got, s);
+	mfs_idmap_prepare_counts(m, &prepared, &used, &own);
+	TEST_EQ_INT(used, MFS_IDMAP_SHARDS); /* every shard's rehash at 1/2 took its prepared table */
+	size_t bad = 0;
+	for (size_t x = 0; x < n; x++) {
+		TEST_OK(mfs_idmap_get_or_add(ref, &ids[x], &rref, NULL));
+		bad += got[x] != rref;
+	}
+	for (uint32_t x = 0; x < n2; x++) {
+		mfs_id_t id = mfs_id_u64((uint64_t)x * 2654435761u + 17);
+		bad += mfs_idmap_find(m, &id) != mfs_idmap_find(ref, &id);
+	}
+	TEST_ASSERT_MSG(bad == 0, "%zu ids with rows other than without the helper", bad);
+	TEST_EQ_INT(mfs_idmap_live(m), mfs_idmap_live(ref));
+	mfs_idmap_add_free(&a);
+	free(ids), free(h), free(idx), free(got);
+	mfs_idmap_free(m); /* ends the helper */
+	mfs_idmap_free(ref);
+}
+
 static void test_model_rows(void)
 {
 	mfs_model_conf_t conf = {16, 0.1, 99};
@@ -419,6 +500,7 @@ int main(void)
 	TEST_RUN(test_id_utf8);
 	TEST_RUN(test_idmap_growth);
 	TEST_RUN(test_idmap_add_many);
+	TEST_RUN(test_idmap_prepare_ahead);
 	TEST_RUN(test_model_rows);
 	TEST_RUN(test_model_init_normal);
 	TEST_RUN(test_model_rows_batched);
