@@ -251,8 +251,12 @@ static int work_reserve(mfs_learner_t *l, size_t n)
  * as it goes (PQ_MIN_PIECE): each piece of events is scored with the model as it stands and
  * the mean of every event before it, never with a mean of nothing: before the first event the
  * mean is the loaded model's, or the middle of the rating range. bt / bh are the batch's
- * training and held-out events in event order. @return 0 or the engine's error. */
-static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt, const mfs_batch_t *bh)
+ * training and held-out events in event order; nd and sum, the batch's dropped events and the
+ * sum of the others' ratings in event order (apply counted them: a batch scored in one piece,
+ * the usual case once the mean has seen a batch's worth, is not read again). @return 0 or the
+ * engine's error. */
+static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt, const mfs_batch_t *bh, size_t nd,
+                 double sum)
 {
 	size_t a = 0, at_t = 0, at_h = 0;
 	while (a < b->n) {
@@ -266,16 +270,23 @@ static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt,
 			l->m->mu = 0.5 * (l->c->rating_min + l->c->rating_max);
 		size_t ct = 0, ch = 0, cd = 0;
 		double psum = 0;
-		for (size_t j = a; j < a + len; j++) {
-			if (l->rows.u[j] == MFS_ROW_NONE || l->rows.i[j] == MFS_ROW_NONE) { /* dropped (apply) */
-				cd++;
-				continue;
+		if (a == 0 && len == b->n) { /* the whole batch: apply's counts (the same sum, same order) */
+			ct = bt->n;
+			ch = bh->n;
+			cd = nd;
+			psum = sum;
+		} else {
+			for (size_t j = a; j < a + len; j++) {
+				if (l->rows.u[j] == MFS_ROW_NONE || l->rows.i[j] == MFS_ROW_NONE) { /* dropped (apply) */
+					cd++;
+					continue;
+				}
+				if (b->held && b->held[j])
+					ch++;
+				else
+					ct++;
+				psum += b->ev[j].rating;
 			}
-			if (b->held && b->held[j])
-				ch++;
-			else
-				ct++;
-			psum += b->ev[j].rating;
 		}
 		for (int part = 0; part < 2; part++) {
 			const mfs_batch_t *pb = part ? bh : bt;
@@ -406,22 +417,23 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
 		return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 	size_t nd = 0;
+	const float *rat = l->rows.have_r ? l->rows.r : NULL; /* (dense: see rows.h) */
 	for (size_t j = 0; j < b->n; j++) {
-		const mfs_event_t *ev = &b->ev[j];
 		const uint32_t ru = l->rows.u[j], ri = l->rows.i[j];
 		if (ru == MFS_ROW_NONE || ri == MFS_ROW_NONE) { /* a new id, its table full (model.max_*) */
 			nd++;
 			continue;
 		}
-		sum += ev->rating;
+		const float rating = rat ? rat[j] : b->ev[j].rating;
+		sum += rating;
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;
 			l->hi_[nh] = ri;
-			l->hr_[nh++] = ev->rating;
+			l->hr_[nh++] = rating;
 		} else {
 			l->tu_[nt] = ru;
 			l->ti_[nt] = ri;
-			l->tr_[nt++] = ev->rating;
+			l->tr_[nt++] = rating;
 		}
 	}
 	/* trained or held out, the user rated the item: top-K leaves it out (each user's ratings in
@@ -444,7 +456,7 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		return rc;
 	mfs_batch_t bt = {l->tu_, l->ti_, l->tr_, nt}, bh = {l->hu_, l->hi_, l->hr_, nh};
 	if (l->c->serve_prequential) { /* test, then train: every event is scored before it is learned */
-		if ((rc = score(l, b, &bt, &bh)))
+		if ((rc = score(l, b, &bt, &bh, nd, sum)))
 			return rc;
 		ph_mark(l, MFS_LPH_SCORE);
 	} else if (b->n > nd) {

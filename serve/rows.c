@@ -73,6 +73,9 @@ static void lookup_task(void *arg, size_t task)
 	const mfs_idmap_t *map = side ? r->m->items : r->m->users;
 	for (size_t j = a; j < e; j++)
 		h[j] = mfs_idmap_hash(side_id(b, side, j));
+	if (!side) /* (the event's user id and its rating share its cache lines) */
+		for (size_t j = a; j < e; j++)
+			r->r[j] = b->ev[j].rating;
 	for (size_t j = a; j < e && j < a + AHEAD; j++)
 		mfs_idmap_prefetch(map, h[j]);
 	for (size_t j = a; j < e; j++) {
@@ -217,6 +220,7 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 {
 	if (!b->n && !b->n_del)
 		return 0;
+	r->have_r = 0;
 	if (mfs_grow((void **)&r->u, &r->cap_u, b->n, sizeof *r->u) || mfs_grow((void **)&r->i, &r->cap_i, b->n, sizeof *r->i))
 		return ENOMEM;
 	if (!r->par || b->n < MFS_ROWS_SPLIT_MIN) {
@@ -235,6 +239,9 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]) ||
 			    mfs_grow((void **)&r->miss[s], &r->cap_miss[s], b->n, sizeof *r->miss[s]))
 				return ENOMEM;
+		if (mfs_grow((void **)&r->r, &r->cap_r, b->n, sizeof *r->r))
+			return ENOMEM;
+		r->have_r = 1;
 		const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
 		const double t0 = mfs_now_s();
 		mfs_par_run(r->par, 2 * chunks, lookup_task, r);
@@ -269,6 +276,7 @@ void mfs_rows_free(mfs_rows_t *r)
 	mfs_rows_stop(r);
 	free(r->u);
 	free(r->i);
+	free(r->r);
 	for (int s = 0; s < 2; s++) {
 		free(r->h[s]);
 		free(r->miss[s]);

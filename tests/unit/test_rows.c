@@ -125,7 +125,7 @@ static void make_batch(batchset_t *s, size_t n, uint64_t seed, uint64_t base, in
 			e->user = mfs_id_u64(u + 1);
 		}
 		e->item = mfs_id_u64(1 + mfs_rng_below(&g, 5000));
-		e->rating = 3.0f;
+		e->rating = 1.0f + 0.5f * (float)(j % 9); /* (distinct neighbours: a misplaced copy shows) */
 		e->op = MFS_OP_RATE;
 	}
 }
@@ -196,6 +196,13 @@ static void check_same(size_t n, int nb, int str, int tracked, unsigned admit, i
 		TEST_OK(mfs_rows_resolve(&r2, &s.b));
 		TEST_ASSERT_MSG(!memcmp(r1.u, r2.u, n * sizeof *r1.u), "batch %d: user rows differ", k);
 		TEST_ASSERT_MSG(!memcmp(r1.i, r2.i, n * sizeof *r1.i), "batch %d: item rows differ", k);
+		/* the three steps copy the ratings too (rows.h r->r), in event order */
+		TEST_EQ_INT(r2.have_r, want_path == 0);
+		TEST_EQ_INT(r1.have_r, 0);
+		size_t off = 0;
+		for (size_t j = 0; r2.have_r && j < n; j++)
+			off += r2.r[j] != s.b.ev[j].rating;
+		TEST_ASSERT_MSG(off == 0, "batch %d: %zu ratings copied wrong", k, off);
 		free_batch(&s);
 	}
 	TEST_ASSERT_MSG(same_model(m1, m2), "models differ (users %u/%u)", m1->n_users, m2->n_users);
