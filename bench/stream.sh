@@ -23,6 +23,7 @@
 # 2048, MiB free), TS_WARM events sent first (at TS_WARM_RATE; the producers' own users, none
 # arriving) and applied before the measured run starts (the run's CPU profile: OUT-ts-threads.csv;
 # where the learner's time went, from mfstream_learner_seconds: OUT-ts-learner.csv);
+# PRODUCER_CPUS and SERVE_CPUS pin the producers and serve to core lists (taskset);
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
 # (e.g. --gen.users 1000000); USER_OFFSET_STEP gives the time series' producer j the users from
 # j x this on (gen.user_offset), so producers with arriving users (gen.user_arrival) draw disjoint ones.
@@ -55,6 +56,12 @@ tmp=$(mktemp -d)
 # KEEP_LOGS=DIR keeps serve's and the producers' logs there
 trap 'kill $(jobs -p) 2>/dev/null || true; wait; [ -n "${KEEP_LOGS:-}" ] && cp "$tmp"/*.log "$KEEP_LOGS"/ 2>/dev/null; rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
+# PRODUCER_CPUS / SERVE_CPUS (taskset lists, e.g. 10-15 and 0-9): the producers and serve each on
+# cores of their own, so that a run measures serve without the producers on its cores
+prod_pin=()
+serve_pin=()
+[ -n "${PRODUCER_CPUS:-}" ] && prod_pin=(taskset -c "$PRODUCER_CPUS")
+[ -n "${SERVE_CPUS:-}" ] && serve_pin=(taskset -c "$SERVE_CPUS")
 events_applied() { # events applied + held out in the snapshot at $1 (0 when none); the C
 	# reader, so the GPU machine (no python3-lmdb) can run this too
 	"$bin" inspect --snapshot "$1" 2>/dev/null |
@@ -219,7 +226,7 @@ start_serve() { # dir log extra... -> sets bs (bootstrap), topic and spid
 		# a fresh topic, produced after serve has joined its group (as with the embedded broker)
 		new_topic
 		bs=$brokers
-		"$bin" serve --brokers "$bs" --topic "$topic" --snapshot "$dir" --kafka.group.id "$topic" \
+		"${serve_pin[@]}" "$bin" serve --brokers "$bs" --topic "$topic" --snapshot "$dir" --kafka.group.id "$topic" \
 			--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
 			--serve.snapshot_ms 250 ${SERVE_ARGS:-} "$@" 2>"$log" &
 		spid=$!
@@ -231,7 +238,7 @@ start_serve() { # dir log extra... -> sets bs (bootstrap), topic and spid
 		exit 1
 	fi
 	topic=ratings
-	"$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
+	"${serve_pin[@]}" "$bin" serve --embedded-broker --partitions "${PARTITIONS:-4}" --topic ratings --snapshot "$dir" \
 		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
 		--serve.snapshot_ms 250 ${SERVE_ARGS:-} "$@" 2>"$log" &
 	spid=$!
@@ -264,7 +271,7 @@ for epm in ${EPM:-100 1000}; do
 	np=${PRODUCERS:-1}
 	for ((j = 0; j < np; j++)); do
 		sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
-			"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
+			"${prod_pin[@]}" "$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
 			--batch "$epm" --compact ${PRODUCE_ARGS:-} 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
 	done
 	wait $(jobs -p | grep -v "^$spid\$")
@@ -301,7 +308,7 @@ for rate in 50000 200000; do
 	# steady state: the consumer's first fetches after the assignment (offset lookups) hold the
 	# first ~0.5 s of a stream produced at once, which alone sets the p99 of a 10 s run
 	sleep 2
-	"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings "$m" --batch 100 --compact \
+	"${prod_pin[@]}" "$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings "$m" --batch 100 --compact \
 		--rate "$rate" 2>"$tmp/produce-lat-$rate.log"
 	wait_applied "$d" "$m"
 	kill -TERM $spid && wait $spid
@@ -348,7 +355,7 @@ warm=0
 if [ "${TS_WARM:-0}" -gt 0 ]; then
 	warm=$((TS_WARM / np * np))
 	for ((j = 0; j < np; j++)); do
-		"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((TS_WARM / np)) --gen.seed $((7 + j)) \
+		"${prod_pin[@]}" "$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((TS_WARM / np)) --gen.seed $((7 + j)) \
 			--batch "${TS_EPM:-100}" --compact --rate $((${TS_WARM_RATE:-${TS_RATE:-100000}} / np)) ${TS_PRODUCE_ARGS:-} \
 			--gen.user_arrival 0 ${USER_OFFSET_STEP:+--gen.user_offset $((j * USER_OFFSET_STEP))} \
 			2>"$tmp/produce-warm-$j.log" &
@@ -370,7 +377,7 @@ ts_t0=$(date +%s.%N)
 for ((j = 0; j < np; j++)); do
 	# a producer's own CPU: its shell's cutime + cstime once it has been waited for
 	sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
-		"$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
+		"${prod_pin[@]}" "$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((ts_n / np)) --gen.seed $((7 + j)) \
 		--batch "${TS_EPM:-100}" --compact --rate $((${TS_RATE:-100000} / np)) ${TS_PRODUCE_ARGS:-} \
 		${USER_OFFSET_STEP:+--gen.user_offset $((j * USER_OFFSET_STEP))} \
 		2>"$tmp/produce-ts-$j.log" 3>"$tmp/produce-ts-ticks-$j" &
@@ -422,7 +429,7 @@ epm=${epm%% *}
 new_topic
 np=${PRODUCERS:-1}
 for ((j = 0; j < np; j++)); do
-	"$bin" produce --brokers "$brokers" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
+	"${prod_pin[@]}" "$bin" produce --brokers "$brokers" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
 		--batch "$epm" --compact ${PRODUCE_ARGS:-} >"$tmp/produce-backlog-$j.log" 2>&1 &
 done
 wait
@@ -442,7 +449,7 @@ for ((rep = 1; rep <= ${REPS:-3}; rep++)); do
 	echo "kcat,$rep,$n,$epm,${PARTITIONS:-4},$secs,$rate" >>"$csv"
 	# serve: from its first assignment to the snapshot that holds every event
 	d=$tmp/snap-backlog-$rep
-	"$bin" serve --brokers "$brokers" --topic "$topic" --snapshot "$d" --kafka.group.id "$topic-$rep" \
+	"${serve_pin[@]}" "$bin" serve --brokers "$brokers" --topic "$topic" --snapshot "$d" --kafka.group.id "$topic-$rep" \
 		--engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" --serve.snapshot_ms 250 ${SERVE_ARGS:-} \
 		2>"$tmp/serve-backlog-$rep.log" &
 	spid=$!
