@@ -285,7 +285,7 @@ static int score(mfs_learner_t *l, const mfs_ebatch_t *b, const mfs_batch_t *bt,
 					ch++;
 				else
 					ct++;
-				psum += b->ev[j].rating;
+				psum += l->rows.r[j];
 			}
 		}
 		for (int part = 0; part < 2; part++) {
@@ -417,14 +417,13 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	if ((rc = mfs_rows_resolve(&l->rows, b)))
 		return mfs_errf(l->err, sizeof l->err, rc, "model rows: %s", mfs_strerror(rc));
 	size_t nd = 0;
-	const float *rat = l->rows.have_r ? l->rows.r : NULL; /* (dense: see rows.h) */
 	for (size_t j = 0; j < b->n; j++) {
 		const uint32_t ru = l->rows.u[j], ri = l->rows.i[j];
 		if (ru == MFS_ROW_NONE || ri == MFS_ROW_NONE) { /* a new id, its table full (model.max_*) */
 			nd++;
 			continue;
 		}
-		const float rating = rat ? rat[j] : b->ev[j].rating;
+		const float rating = l->rows.r[j]; /* (dense: rows.h) */
 		sum += rating;
 		if (b->held && b->held[j]) { /* marked by the consumer (serve.holdout_fraction > 0) */
 			l->hu_[nh] = ru;

@@ -25,6 +25,13 @@ static inline const mfs_id_t *side_id(const mfs_ebatch_t *b, int side, size_t j)
 	return side ? &b->ev[j].item : &b->ev[j].user;
 }
 
+/* r->r[a, e) = the ratings of events [a, e) (rows.h) */
+static void copy_ratings(mfs_rows_t *r, const mfs_ebatch_t *b, size_t a, size_t e)
+{
+	for (size_t j = a; j < e; j++)
+		r->r[j] = b->ev[j].rating;
+}
+
 /* One side of a batch (0 users, 1 items) on one thread: its events' rows in event order, new
  * ids added and initialized, and the rows marked touched. Touches only that side's half of the
  * model and its own arrays, so the two sides can run at once. */
@@ -33,6 +40,8 @@ static int side_rows(mfs_rows_t *r, int side, const mfs_ebatch_t *b)
 	uint32_t *rows = side ? r->i : r->u;
 	mfs_touched_t *t = side ? &r->ti : &r->tu;
 	const size_t stride = sizeof *b->ev;
+	if (!side)
+		copy_ratings(r, b, 0, b->n);
 	const char *ids = b->n ? (const char *)side_id(b, side, 0) : NULL;
 	size_t a = 0;
 	int rc;
@@ -74,8 +83,7 @@ static void lookup_task(void *arg, size_t task)
 	for (size_t j = a; j < e; j++)
 		h[j] = mfs_idmap_hash(side_id(b, side, j));
 	if (!side) /* (the event's user id and its rating share its cache lines) */
-		for (size_t j = a; j < e; j++)
-			r->r[j] = b->ev[j].rating;
+		copy_ratings(r, b, a, e);
 	for (size_t j = a; j < e && j < a + AHEAD; j++)
 		mfs_idmap_prefetch(map, h[j]);
 	for (size_t j = a; j < e; j++) {
@@ -220,8 +228,8 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 {
 	if (!b->n && !b->n_del)
 		return 0;
-	r->have_r = 0;
-	if (mfs_grow((void **)&r->u, &r->cap_u, b->n, sizeof *r->u) || mfs_grow((void **)&r->i, &r->cap_i, b->n, sizeof *r->i))
+	if (mfs_grow((void **)&r->u, &r->cap_u, b->n, sizeof *r->u) || mfs_grow((void **)&r->i, &r->cap_i, b->n, sizeof *r->i) ||
+	    mfs_grow((void **)&r->r, &r->cap_r, b->n, sizeof *r->r))
 		return ENOMEM;
 	if (!r->par || b->n < MFS_ROWS_SPLIT_MIN) {
 		r->steps[2]++;
@@ -239,9 +247,6 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]) ||
 			    mfs_grow((void **)&r->miss[s], &r->cap_miss[s], b->n, sizeof *r->miss[s]))
 				return ENOMEM;
-		if (mfs_grow((void **)&r->r, &r->cap_r, b->n, sizeof *r->r))
-			return ENOMEM;
-		r->have_r = 1;
 		const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
 		const double t0 = mfs_now_s();
 		mfs_par_run(r->par, 2 * chunks, lookup_task, r);

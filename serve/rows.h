@@ -34,10 +34,9 @@ typedef struct mfs_rows {
 	mfs_model_t *m;
 	uint32_t *u, *i;      /* the rows of the last batch's events, in event order */
 	size_t cap_u, cap_i;
-	float *r;             /* their ratings, copied by the lookups where the pool ran them (have_r):
-	                         the learner reads 4 bytes an event, not the events' 72 */
+	float *r;             /* their ratings, copied where the ids are read (by the pool's lookups
+	                         for a large batch): the learner reads 4 bytes an event, not 72 */
 	size_t cap_r;
-	int have_r;
 	mfs_touched_t tu, ti; /* rows touched since the last mfs_touched_clear (the snapshot's) */
 	mfs_par_t *par;       /* the pool (NULL until mfs_rows_start: the caller's thread alone) */
 	int threads;          /* the pool's size, the caller counted */
@@ -65,8 +64,7 @@ int mfs_rows_init(mfs_rows_t *r, mfs_model_t *m, int threads);
 /** Start the pool (without it every batch resolves on the caller's thread). @return 0, ENOMEM
  *  or a pthread error (the caller's thread alone then). */
 int mfs_rows_start(mfs_rows_t *r);
-/** r->u / r->i = the rows of b's events (r->r their ratings where r->have_r); the rows are
- *  marked touched. @return 0, or the first
+/** r->u / r->i = the rows of b's events, r->r their ratings; the rows are marked touched. @return 0, or the first
  *  error (ENOMEM, MFS_EFULL, MFS_EIDLEN) of either side. */
 int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b);
 /** Stop the pool (idle between batches). */
