@@ -32,8 +32,18 @@ static size_t page_round(size_t bytes)
  * memory, the old table intact. */
 static void *table_grow(void *old, size_t old_bytes, size_t new_bytes)
 {
+#if defined(__SANITIZE_THREAD__)
+	/* ThreadSanitizer does not follow mremap (the moved pages keep the shadow of whatever was
+	 * mapped there before, and it reports races against that): a copy under TSan builds */
+	void *p = mmap(NULL, page_round(new_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED && old) {
+		memcpy(p, old, old_bytes);
+		munmap(old, page_round(old_bytes));
+	}
+#else
 	void *p = old ? mremap(old, page_round(old_bytes), page_round(new_bytes), MREMAP_MAYMOVE)
 	              : mmap(NULL, page_round(new_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#endif
 	if (p == MAP_FAILED)
 		return NULL;
 #ifdef MADV_HUGEPAGE
