@@ -1,7 +1,9 @@
 /* par.h - a small pool of worker threads for "parallel for" steps of one thread's work: the
- * caller runs fn(arg, task) for task = 0 .. n-1, spread over the workers and itself, and
- * returns when every task has run. Tasks are handed out one at a time through an atomic
- * counter, so uneven tasks balance; a pool runs one such step at a time (its one caller).
+ * caller runs fn(arg, task) for task = 0 .. n-1 (n < 2^32), spread over the workers and itself,
+ * and returns when every task has run. Tasks are handed out one at a time through an atomic
+ * counter, so uneven tasks balance; a pool runs one such step at a time (its one caller). The
+ * caller waits for tasks, not for workers: a worker the scheduler has not run yet (its cores busy
+ * with other work) holds up nothing, it takes no task of a step that is over.
  *
  * Used where a thread's step is many independent pieces (serve/rows.c: id lookups of a batch,
  * initial rows of new ids). A pool of 1 thread has no workers: mfs_par_run runs the tasks in
@@ -28,6 +30,9 @@ void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
 void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
 /** Return when the step mfs_par_start began has run every task (at once if none is under way). */
 void mfs_par_wait(mfs_par_t *p);
+/** Tests: fn (NULL: none) runs on a worker when it has seen a job, before it takes a task (a
+ *  test holds a worker there, as the scheduler may). Set it while no pool runs. */
+void mfs_par_test_on_wake(void (*fn)(void));
 /** Stop and join the workers (idle), and free the pool. NULL is a no-op. */
 void mfs_par_free(mfs_par_t *p);
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "common/par.h"
 #include "common/rng.h"
@@ -92,6 +93,68 @@ static void test_par_start_wait(void)
 		mfs_par_free(p);
 	}
 	free(g_hits);
+}
+
+/* A step ends when its tasks have run, not when every worker has looked: with a worker held
+ * between seeing a job and taking a task (as a scheduler may leave it, its cores busy), the
+ * caller runs every task and returns; released later, the held worker takes nothing of the job
+ * it saw (over) nor runs that job's function on the next job's tasks. (A caller that waited for
+ * every worker would never return here: the alarm ends the test.) */
+static pthread_mutex_t g_hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_hold_cv = PTHREAD_COND_INITIALIZER;
+static int g_holding, g_held, g_release;
+static atomic_int *g_hits_b;
+
+static void hold_worker(void)
+{
+	pthread_mutex_lock(&g_hold_mu);
+	if (g_holding && !g_held) { /* the first wake only */
+		g_held = 1;
+		pthread_cond_broadcast(&g_hold_cv);
+		while (!g_release)
+			pthread_cond_wait(&g_hold_cv, &g_hold_mu);
+	}
+	pthread_mutex_unlock(&g_hold_mu);
+}
+
+static void hit_b(void *arg, size_t t)
+{
+	(void)arg;
+	atomic_fetch_add(&g_hits_b[t], 1);
+}
+
+static void test_par_held_worker(void)
+{
+	alarm(120);
+	g_hits = calloc(1000, sizeof *g_hits);
+	g_hits_b = calloc(1000, sizeof *g_hits_b);
+	g_holding = 1;
+	mfs_par_test_on_wake(hold_worker);
+	mfs_par_t *p;
+	TEST_OK(mfs_par_init(&p, 2, "test-hold")); /* one worker */
+	mfs_par_run(p, 100, hit, NULL);            /* the caller runs them all */
+	pthread_mutex_lock(&g_hold_mu);            /* the worker saw that job and is held */
+	while (!g_held)
+		pthread_cond_wait(&g_hold_cv, &g_hold_mu);
+	pthread_mutex_unlock(&g_hold_mu);
+	mfs_par_run(p, 100, hit_b, NULL); /* the next job, the worker still holding the first's function */
+	pthread_mutex_lock(&g_hold_mu);
+	g_release = 1;
+	pthread_cond_broadcast(&g_hold_cv);
+	pthread_mutex_unlock(&g_hold_mu);
+	for (int rep = 0; rep < 20; rep++)
+		mfs_par_run(p, 1000, hit_b, NULL);
+	mfs_par_free(p); /* (joins the worker: whatever it took has run) */
+	int bad = 0;
+	for (size_t t = 0; t < 1000; t++) {
+		bad += atomic_load(&g_hits[t]) != (t < 100 ? 1 : 0);
+		bad += atomic_load(&g_hits_b[t]) != (t < 100 ? 21 : 20);
+	}
+	TEST_ASSERT_MSG(bad == 0, "%d tasks not run the times asked, or by the wrong job's function", bad);
+	mfs_par_test_on_wake(NULL);
+	free(g_hits);
+	free(g_hits_b);
+	alarm(0);
 }
 
 /* ---- rows ------------------------------------------------------------------------------ */
@@ -343,6 +406,7 @@ int main(void)
 {
 	TEST_RUN(test_par_every_task_once);
 	TEST_RUN(test_par_start_wait);
+	TEST_RUN(test_par_held_worker);
 	TEST_RUN(test_three_steps_same_rows);
 	TEST_RUN(test_three_steps_string_ids);
 	TEST_RUN(test_three_steps_admission);
