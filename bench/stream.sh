@@ -176,6 +176,8 @@ for m in re.finditer(r'^mfstream_learner_rows_seconds\{step="(\w+)"\} (\S+)$', t
 for name in ("mfstream_events_applied_total", "mfstream_events_held_out_total"):
     m = re.search(rf"^{name} (\S+)$", t, re.M)
     print(name, m.group(1) if m else 0)
+m = re.search(r"^mfstream_learner_rows_ahead_batches_total (\S+)$", t, re.M)
+print("ahead:batches", m.group(1) if m else 0)
 PY
 }
 phase_profile() { # before after wall_s label csv: the learner's seconds per phase over the run
@@ -185,7 +187,8 @@ before, after, wall, label, csv = sys.argv[1], sys.argv[2], float(sys.argv[3]), 
 load = lambda p: {k: float(v) for k, v in (l.split() for l in open(p) if l.strip())}
 b, a = load(before), load(after)
 ev = sum(a[k] - b.get(k, 0) for k in a if k.startswith("mfstream_events"))
-rows = [(k, a[k] - b.get(k, 0)) for k in a if not k.startswith(("mfstream_events", "snapshot:", "rows:"))]
+rows = [(k, a[k] - b.get(k, 0)) for k in a if not k.startswith(("mfstream_events", "snapshot:", "rows:", "ahead:"))]
+ahead = a.get("ahead:batches", 0) - b.get("ahead:batches", 0)
 split = [(k.split(":", 1)[1], a[k] - b.get(k, 0)) for k in a if k.startswith("rows:")]
 snap = [(k.split(":", 1)[1], a[k] - b.get(k, 0)) for k in a if k.startswith("snapshot:")]
 new = not os.path.exists(csv)
@@ -204,7 +207,7 @@ if split and ev:
             f.write(f"{label},rows_{k},{s:.3f},{s / wall:.3f},{s * 1e9 / ev:.1f}\n")
     rest = dict(rows).get("rows", 0) - sum(s for _, s in split)
     print("  learner rows phase, ns/event: " + ", ".join(f"{k} {s * 1e9 / ev:.1f}" for k, s in split) +
-          f", learner alone {rest * 1e9 / ev:.1f}")
+          f", learner alone {rest * 1e9 / ev:.1f}; batches looked up ahead {ahead:.0f}")
 if snap:
     with open(csv, "a") as f:
         for k, s in snap:

@@ -195,6 +195,8 @@ void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
 	p->pending = 1;
 }
 
+int mfs_par_pending(const mfs_par_t *p) { return p && p->pending; }
+
 void mfs_par_wait(mfs_par_t *p)
 {
 	if (!p || !p->pending)

@@ -28,6 +28,8 @@ void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
  *  calls mfs_par_wait before it uses what the tasks write (a pool without workers runs them
  *  here). mfs_par_run and mfs_par_free wait for a started step first. */
 void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
+/** 1 while a step begun with mfs_par_start has not been waited for (a next step would wait). */
+int mfs_par_pending(const mfs_par_t *p);
 /** Return when the step mfs_par_start began has run every task (at once if none is under way). */
 void mfs_par_wait(mfs_par_t *p);
 /** Tests: fn (NULL: none) runs on a worker when it has seen a job, before it takes a task (a

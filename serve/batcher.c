@@ -210,6 +210,14 @@ int mfs_batchq_pop(mfs_batchq_t *q, int timeout_ms, mfs_ebatch_t **out)
 	return rc;
 }
 
+mfs_ebatch_t *mfs_batchq_peek(mfs_batchq_t *q)
+{
+	pthread_mutex_lock(&q->bq_mu);
+	mfs_ebatch_t *b = q->bq_count ? q->bq_q[q->bq_head] : NULL;
+	pthread_mutex_unlock(&q->bq_mu);
+	return b;
+}
+
 void mfs_batchq_release(mfs_batchq_t *q, mfs_ebatch_t *b)
 {
 	mfs_ebatch_clear(b);

@@ -104,6 +104,10 @@ mfs_ebatch_t *mfs_batchq_get(mfs_batchq_t *q);
 int mfs_batchq_push(mfs_batchq_t *q, mfs_ebatch_t *b, int timeout_ms);
 /** Take the oldest batch; wait at most timeout_ms. @return 0, ETIMEDOUT, EPIPE (closed and empty). */
 int mfs_batchq_pop(mfs_batchq_t *q, int timeout_ms, mfs_ebatch_t **out);
+/** The batch the next pop will return, left queued (NULL: none yet). Learner side only: the
+ *  consumer never changes a queued batch, and only the learner pops, so it stays as it is and
+ *  comes out of the next pop. */
+mfs_ebatch_t *mfs_batchq_peek(mfs_batchq_t *q);
 /** The learner is done with b (it is cleared and recycled). */
 void mfs_batchq_release(mfs_batchq_t *q, mfs_ebatch_t *b);
 /** Batches queued (not counting the one being applied). */

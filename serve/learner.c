@@ -208,6 +208,7 @@ static void stats_update(mfs_learner_t *l)
 	for (int x = 0; x < 3; x++)
 		s.rows_step_s[MFS_LRS_LOOKUP + x] = l->rows.step_s[x];
 	s.rows_step_s[MFS_LRS_SEEN_ITEMS] = l->seen_s;
+	s.rows_ahead_batches = l->rows.ahead_used;
 	double now = mfs_now_s();
 	l->st_next_s = now + 0.5;
 	if (now >= l->mem_next_s) { /* device memory: a driver call, so at most twice a second */
@@ -442,6 +443,10 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		mfs_snap_rated_add_start(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par);
 		l->rated_pending = 1;
 		l->seen_s += mfs_now_s() - t0;
+	} else if (l->c->serve_rows_ahead) { /* the next batch's lookups on the pool while this thread scores and submits (rows.h) */
+		mfs_ebatch_t *next = mfs_batchq_peek(l->queue);
+		if (next)
+			mfs_rows_ahead(&l->rows, next);
 	}
 	ph_mark(l, MFS_LPH_ROWS);
 	if (l->m->n_users != l->grown_users || l->m->n_items != l->grown_items) {
@@ -845,6 +850,7 @@ static int run(mfs_learner_t *l)
 			int barrier = b->barrier;
 			uint64_t gen = b->barrier_gen;
 			rc = apply(l, b);
+			mfs_rows_ahead_cancel(&l->rows, b); /* (an error before its rows: lookups of it may still run) */
 			mfs_batchq_release(l->queue, b);
 			if (rc)
 				return rc;
@@ -948,6 +954,7 @@ static void *thread_main(void *arg)
 		l->ph_t = mfs_now_s();
 		atomic_store_explicit(&l->beat_ms, (int64_t)(l->ph_t * 1000.0), memory_order_relaxed);
 		rc = run(l);
+		mfs_rows_ahead_cancel(&l->rows, NULL);
 		atomic_store_explicit(&l->beat_ms, 0, memory_order_relaxed); /* done: not stalled */
 		int frc = job_finish(l, 1, 1); /* an error exit may leave one in flight */
 		if (!rc)

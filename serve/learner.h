@@ -80,6 +80,7 @@ typedef struct mfs_learner_stats {
 	double gpu_mem_used, gpu_mem_total; /* bytes; 0 with a host engine */
 	double phase_s[MFS_LPH__COUNT]; /* learner thread seconds per phase since start */
 	double rows_step_s[MFS_LRS__COUNT]; /* of phase_s[MFS_LPH_ROWS], seconds per part */
+	uint64_t rows_ahead_batches;        /* batches looked up ahead (serve/rows.h mfs_rows_ahead) */
 } mfs_learner_stats_t;
 
 /** Commits offsets a published snapshot stores to the broker (lag monitoring only: recovery

@@ -69,21 +69,23 @@ static void side_task(void *arg, size_t side)
 	r->rc[side] = side_rows(r, (int)side, r->batch);
 }
 
-/* Step 1: a chunk of one side's lookups (task = side * chunks + chunk). */
+/* Step 1: a chunk of one side's lookups (task = side * chunks + chunk), of r->look's batch
+ * into r->look's arrays. */
 static void lookup_task(void *arg, size_t task)
 {
 	mfs_rows_t *r = arg;
-	const mfs_ebatch_t *b = r->batch;
+	const mfs_ebatch_t *b = r->look.b;
 	const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
 	const int side = task >= chunks;
 	const size_t a = (task % chunks) * LOOKUP_CHUNK, e = a + LOOKUP_CHUNK < b->n ? a + LOOKUP_CHUNK : b->n;
-	uint64_t *h = r->h[side];
-	uint32_t *rows = side ? r->i : r->u;
+	uint64_t *h = r->look.h[side];
+	uint32_t *rows = side ? r->look.i : r->look.u;
 	const mfs_idmap_t *map = side ? r->m->items : r->m->users;
 	for (size_t j = a; j < e; j++)
 		h[j] = mfs_idmap_hash(side_id(b, side, j));
 	if (!side) /* (the event's user id and its rating share its cache lines) */
-		copy_ratings(r, b, a, e);
+		for (size_t j = a; j < e; j++)
+			r->look.r[j] = b->ev[j].rating;
 	for (size_t j = a; j < e && j < a + AHEAD; j++)
 		mfs_idmap_prefetch(map, h[j]);
 	for (size_t j = a; j < e; j++) {
@@ -224,8 +226,76 @@ int mfs_rows_start(mfs_rows_t *r)
 	return mfs_par_init(&r->par, r->threads, "mfs-rows");
 }
 
+/* The three-step path's condition (rows.h): the lookups only read the maps. */
+static int three_steps(const mfs_rows_t *r, const mfs_ebatch_t *b)
+{
+	return r->par && b->n >= MFS_ROWS_SPLIT_MIN && !r->m->track && !b->n_del && !r->sides_only;
+}
+
+#define SWAP(T, x, y) \
+	do { \
+		T t_ = (x); \
+		(x) = (y); \
+		(y) = t_; \
+	} while (0)
+
+int mfs_rows_ahead(mfs_rows_t *r, const mfs_ebatch_t *b)
+{
+	if (r->ahead || !three_steps(r, b) || mfs_par_threads(r->par) < 2 || mfs_par_pending(r->par))
+		return 0;
+	if (mfs_grow((void **)&r->au, &r->cap_au, b->n, sizeof *r->au) || mfs_grow((void **)&r->ai, &r->cap_ai, b->n, sizeof *r->ai) ||
+	    mfs_grow((void **)&r->ar, &r->cap_ar, b->n, sizeof *r->ar) ||
+	    mfs_grow((void **)&r->ah[0], &r->cap_ah[0], b->n, sizeof *r->ah[0]) ||
+	    mfs_grow((void **)&r->ah[1], &r->cap_ah[1], b->n, sizeof *r->ah[1]))
+		return 0; /* (resolve looks them up) */
+	r->look.b = b;
+	r->look.u = r->au;
+	r->look.i = r->ai;
+	r->look.r = r->ar;
+	r->look.h[0] = r->ah[0];
+	r->look.h[1] = r->ah[1];
+	r->ahead = b;
+	r->aheads++;
+	mfs_par_start(r->par, 2 * ((b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK), lookup_task, r);
+	return 1;
+}
+
+void mfs_rows_ahead_cancel(mfs_rows_t *r, const mfs_ebatch_t *b)
+{
+	if (!r->ahead || (b && r->ahead != b))
+		return;
+	mfs_par_wait(r->par);
+	r->ahead = NULL;
+}
+
+/* Lookups begun ahead: waited for, and when they are b's, their arrays become the batch's.
+ * @return 1 when b's step 1 is done. */
+static int take_ahead(mfs_rows_t *r, const mfs_ebatch_t *b)
+{
+	if (!r->ahead)
+		return 0;
+	const int mine = r->ahead == b;
+	mfs_rows_ahead_cancel(r, NULL);
+	if (!mine || !three_steps(r, b))
+		return 0;
+	SWAP(uint32_t *, r->u, r->au);
+	SWAP(size_t, r->cap_u, r->cap_au);
+	SWAP(uint32_t *, r->i, r->ai);
+	SWAP(size_t, r->cap_i, r->cap_ai);
+	SWAP(float *, r->r, r->ar);
+	SWAP(size_t, r->cap_r, r->cap_ar);
+	for (int s = 0; s < 2; s++) {
+		SWAP(uint64_t *, r->h[s], r->ah[s]);
+		SWAP(size_t, r->cap_h[s], r->cap_ah[s]);
+	}
+	r->ahead_used++;
+	return 1;
+}
+
 int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 {
+	const double t0 = mfs_now_s();
+	const int looked = take_ahead(r, b);
 	if (!b->n && !b->n_del)
 		return 0;
 	if (mfs_grow((void **)&r->u, &r->cap_u, b->n, sizeof *r->u) || mfs_grow((void **)&r->i, &r->cap_i, b->n, sizeof *r->i) ||
@@ -247,10 +317,16 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]) ||
 			    mfs_grow((void **)&r->miss[s], &r->cap_miss[s], b->n, sizeof *r->miss[s]))
 				return ENOMEM;
-		const size_t chunks = (b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK;
-		const double t0 = mfs_now_s();
-		mfs_par_run(r->par, 2 * chunks, lookup_task, r);
-		const double t1 = mfs_now_s();
+		if (!looked) {
+			r->look.b = b;
+			r->look.u = r->u;
+			r->look.i = r->i;
+			r->look.r = r->r;
+			r->look.h[0] = r->h[0];
+			r->look.h[1] = r->h[1];
+			mfs_par_run(r->par, 2 * ((b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK), lookup_task, r);
+		}
+		const double t1 = mfs_now_s(); /* (step 1: looked up here, or what was left of it ahead) */
 		gather(r, 0);
 		gather(r, 1);
 		mfs_par_run(r->par, place_tasks(r, 0) + place_tasks(r, 1), place_task, r);
@@ -272,6 +348,7 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 
 void mfs_rows_stop(mfs_rows_t *r)
 {
+	mfs_rows_ahead_cancel(r, NULL);
 	mfs_par_free(r->par);
 	r->par = NULL;
 }
@@ -282,8 +359,12 @@ void mfs_rows_free(mfs_rows_t *r)
 	free(r->u);
 	free(r->i);
 	free(r->r);
+	free(r->au);
+	free(r->ai);
+	free(r->ar);
 	for (int s = 0; s < 2; s++) {
 		free(r->h[s]);
+		free(r->ah[s]);
 		free(r->miss[s]);
 		free(r->fresh[s]);
 		mfs_idmap_add_free(&r->add[s]);

@@ -16,6 +16,12 @@
  * model_store/life.h), or a batch with deletions, takes the serial path per side instead (a
  * lookup there may touch, expire or evict rows), the two sides still on two threads. Below MFS_ROWS_SPLIT_MIN events
  * everything runs on the caller: a hand-over (~10-50 us) would cost more than it saves.
+ *
+ * Step 1 of the next batch may run ahead (mfs_rows_ahead): on the pool's workers, into arrays of
+ * its own, while the caller goes on with the batch it resolved; mfs_rows_resolve of that batch
+ * then starts at step 2. The lookups only read the maps, and the batch before has placed its
+ * new ids, so the rows are the same as without; the caller promises that nothing changes the
+ * maps in between (no other batch resolved, no deletion, eviction or renumbering).
  */
 #ifndef MFS_ROWS_H
 #define MFS_ROWS_H
@@ -42,6 +48,20 @@ typedef struct mfs_rows {
 	int threads;          /* the pool's size, the caller counted */
 	/* the batch being resolved, for the pool's tasks */
 	const mfs_ebatch_t *batch;
+	struct {                  /* step 1's batch and where it writes (the pool's tasks) */
+		const mfs_ebatch_t *b;
+		uint32_t *u, *i;
+		float *r;
+		uint64_t *h[2];
+	} look;
+	/* step 1 begun ahead (mfs_rows_ahead) for batch `ahead`, into these arrays (swapped with
+	 * u, i, r, h when that batch is resolved) */
+	const mfs_ebatch_t *ahead;
+	uint32_t *au, *ai;
+	float *ar;
+	uint64_t *ah[2];
+	size_t cap_au, cap_ai, cap_ar, cap_ah[2];
+	uint64_t aheads, ahead_used; /* batches whose lookups were begun ahead / taken up by resolve */
 	uint64_t *h[2];       /* each side's id hashes (step 1) */
 	size_t cap_h[2];
 	uint32_t *miss[2];    /* each side's events whose id the lookups did not find (step 2) */
@@ -67,6 +87,15 @@ int mfs_rows_start(mfs_rows_t *r);
 /** r->u / r->i = the rows of b's events, r->r their ratings; the rows are marked touched. @return 0, or the first
  *  error (ENOMEM, MFS_EFULL, MFS_EIDLEN) of either side. */
 int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b);
+/** Begin step 1 of b (the batch the next mfs_rows_resolve will get) on the pool's workers and
+ *  return: the caller goes on while they look up. Only for a batch the three steps take (large,
+ *  no deletions, no lifecycle tracking) and a pool with workers, none busy with a step begun
+ *  elsewhere (mfs_par_start: it would be waited for). b must stay as it is, and the maps
+ *  unchanged, until resolve or mfs_rows_ahead_cancel. @return 1 begun, 0 not (resolve does it). */
+int mfs_rows_ahead(mfs_rows_t *r, const mfs_ebatch_t *b);
+/** Wait for lookups begun ahead for b (any batch: NULL) and forget them: before b is released
+ *  without being resolved. */
+void mfs_rows_ahead_cancel(mfs_rows_t *r, const mfs_ebatch_t *b);
 /** Stop the pool (idle between batches). */
 void mfs_rows_stop(mfs_rows_t *r);
 void mfs_rows_free(mfs_rows_t *r);

@@ -71,6 +71,7 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 		mfs_gauge_set(c->learner_seconds_at[j], st.phase_s[j]);
 	for (int j = 0; j < MFS_LRS__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_rows_seconds_at[j], st.rows_step_s[j]);
+	mfs_counter_set(c->learner_rows_ahead_batches, st.rows_ahead_batches);
 	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.live_users);
 	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.live_items);
 	const int tab[2] = {MFS_CAT_USERS, MFS_CAT_ITEMS};

@@ -279,6 +279,84 @@ static void check_same(size_t n, int nb, int str, int tracked, unsigned admit, i
 	mfs_model_free(m2);
 }
 
+/* Lookups begun ahead (mfs_rows_ahead) give the rows one thread gives: the next batch's after
+ * each resolve (taken up), and, every third batch, lookups begun for the batch after next
+ * (stale once the next one has placed its ids: resolve must drop them and look up again) or
+ * cancelled. Not begun for a small batch, a tracked model, or while a started step runs. */
+static void test_rows_ahead_same_rows(void)
+{
+	enum { NB = 9 };
+	const size_t n = 20000;
+	mfs_model_t *m1 = new_model(0, 0), *m2 = new_model(0, 0);
+	mfs_rows_t r1, r2;
+	TEST_OK(mfs_rows_init(&r1, m1, 1));
+	TEST_OK(mfs_rows_init(&r2, m2, 4));
+	TEST_OK(mfs_rows_start(&r1));
+	TEST_OK(mfs_rows_start(&r2));
+	TEST_EQ_INT(mfs_rows_ahead(&r1, NULL) , 0); /* (no pool: never; b not read) */
+	batchset_t s[NB];
+	for (int k = 0; k < NB; k++)
+		make_batch(&s[k], n, 300 + (uint64_t)k, (uint64_t)k * n / 4, 0);
+	uint64_t taken = 0;
+	for (int k = 0; k < NB; k++) {
+		TEST_OK(mfs_rows_resolve(&r1, &s[k].b));
+		TEST_OK(mfs_rows_resolve(&r2, &s[k].b));
+		TEST_ASSERT_MSG(!memcmp(r1.u, r2.u, n * sizeof *r1.u), "batch %d: user rows differ", k);
+		TEST_ASSERT_MSG(!memcmp(r1.i, r2.i, n * sizeof *r1.i), "batch %d: item rows differ", k);
+		size_t off = 0;
+		for (size_t j = 0; j < n; j++)
+			off += r2.r[j] != s[k].b.ev[j].rating;
+		TEST_ASSERT_MSG(off == 0, "batch %d: %zu ratings copied wrong", k, off);
+		if (k + 1 == NB)
+			break;
+		if (k % 3 == 1 && k + 2 < NB) { /* the batch after next: stale at its resolve */
+			TEST_EQ_INT(mfs_rows_ahead(&r2, &s[k + 2].b), 1);
+			TEST_EQ_INT(mfs_rows_ahead(&r2, &s[k + 1].b), 0); /* (one at a time) */
+		} else if (k % 3 == 2) { /* begun, then cancelled */
+			TEST_EQ_INT(mfs_rows_ahead(&r2, &s[k + 1].b), 1);
+			mfs_rows_ahead_cancel(&r2, &s[k].b); /* (another batch's: nothing) */
+			TEST_ASSERT(r2.ahead == &s[k + 1].b);
+			mfs_rows_ahead_cancel(&r2, &s[k + 1].b);
+			TEST_ASSERT(r2.ahead == NULL);
+		} else {
+			TEST_EQ_INT(mfs_rows_ahead(&r2, &s[k + 1].b), 1);
+			taken++;
+		}
+	}
+	TEST_EQ_INT(r2.aheads, NB - 1);
+	TEST_EQ_INT(r2.ahead_used, taken);
+	TEST_EQ_INT(r2.steps[0], NB);
+	TEST_ASSERT_MSG(same_model(m1, m2), "models differ (users %u/%u)", m1->n_users, m2->n_users);
+	TEST_ASSERT(same_touched(&r1.tu, &r2.tu) && same_touched(&r1.ti, &r2.ti));
+	TEST_ASSERT(m1->n_users > n && m1->n_items > 1000); /* (new ids all along: not vacuous) */
+	/* a small batch, a step begun elsewhere: not begun */
+	batchset_t small;
+	make_batch(&small, MFS_ROWS_SPLIT_MIN - 1, 9, 0, 0);
+	TEST_EQ_INT(mfs_rows_ahead(&r2, &small.b), 0);
+	g_hits = calloc(1000, sizeof *g_hits);
+	mfs_par_start(r2.par, 1000, hit, NULL);
+	TEST_EQ_INT(mfs_rows_ahead(&r2, &s[0].b), 0);
+	mfs_par_wait(r2.par);
+	free(g_hits);
+	free_batch(&small);
+	/* a tracked model: lookups may touch or expire rows, never ahead */
+	mfs_model_t *m3 = new_model(1, 0);
+	mfs_rows_t r3;
+	TEST_OK(mfs_rows_init(&r3, m3, 4));
+	TEST_OK(mfs_rows_start(&r3));
+	TEST_EQ_INT(mfs_rows_ahead(&r3, &s[0].b), 0);
+	mfs_rows_free(&r3);
+	mfs_model_free(m3);
+	/* freed with lookups ahead under way: waited for */
+	TEST_EQ_INT(mfs_rows_ahead(&r2, &s[0].b), 1);
+	mfs_rows_free(&r1);
+	mfs_rows_free(&r2);
+	for (int k = 0; k < NB; k++)
+		free_batch(&s[k]);
+	mfs_model_free(m1);
+	mfs_model_free(m2);
+}
+
 /* (each batch brings new users and new items: both sides placed by the shards, every batch) */
 static void test_three_steps_same_rows(void)
 {
@@ -408,6 +486,7 @@ int main(void)
 	TEST_RUN(test_par_start_wait);
 	TEST_RUN(test_par_held_worker);
 	TEST_RUN(test_three_steps_same_rows);
+	TEST_RUN(test_rows_ahead_same_rows);
 	TEST_RUN(test_three_steps_string_ids);
 	TEST_RUN(test_three_steps_admission);
 	TEST_RUN(test_three_steps_bound_and_free_rows);
