@@ -10,8 +10,8 @@
  * generation there and takes nothing from the job after it. Workers sleep on a condition
  * variable between jobs: a step costs one broadcast and a wake per worker (~10-50 us), so
  * callers use the pool for steps of a millisecond or more. A step begun with mfs_par_start is
- * the same job without the caller taking tasks; `pending` says a wait is owed before the next
- * job.
+ * the same job with the caller taking its tasks only once it waits (those left then); `pending`
+ * says a wait is owed before the next job.
  */
 #include "common/par.h"
 
@@ -33,6 +33,7 @@ struct mfs_par {
 	unsigned long gen; /* job number; a worker runs each once */
 	int quit;
 	int pending;       /* a job from mfs_par_start not waited for yet */
+	uint32_t pending_gen; /* its generation's low bits */
 	int waiting;       /* the caller sleeps on `done` */
 	mfs_par_fn fn;
 	void *arg;
@@ -191,7 +192,7 @@ void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg)
 			fn(arg, t);
 		return;
 	}
-	post(p, n, fn, arg);
+	p->pending_gen = post(p, n, fn, arg);
 	p->pending = 1;
 }
 
@@ -201,6 +202,7 @@ void mfs_par_wait(mfs_par_t *p)
 {
 	if (!p || !p->pending)
 		return;
+	take_tasks(p, p->pending_gen, p->fn, p->arg, p->n); /* (what the workers have not taken yet) */
 	wait_tasks(p);
 	p->pending = 0;
 }

@@ -24,13 +24,14 @@ int mfs_par_init(mfs_par_t **out, int threads, const char *name);
 int mfs_par_threads(const mfs_par_t *p);
 /** fn(arg, t) for every t < n; returns when all have returned. One caller at a time. */
 void mfs_par_run(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
-/** The same on the workers alone, returning at once: the caller goes on with other work and
- *  calls mfs_par_wait before it uses what the tasks write (a pool without workers runs them
+/** The same on the workers, returning at once: the caller goes on with other work and calls
+ *  mfs_par_wait before it uses what the tasks write (and there takes any task left) (a pool without workers runs them
  *  here). mfs_par_run and mfs_par_free wait for a started step first. */
 void mfs_par_start(mfs_par_t *p, size_t n, mfs_par_fn fn, void *arg);
 /** 1 while a step begun with mfs_par_start has not been waited for (a next step would wait). */
 int mfs_par_pending(const mfs_par_t *p);
-/** Return when the step mfs_par_start began has run every task (at once if none is under way). */
+/** Return when the step mfs_par_start began has run every task (at once if none is under way).
+ *  The caller takes the tasks no worker has taken yet, then waits for those under way. */
 void mfs_par_wait(mfs_par_t *p);
 /** Tests: fn (NULL: none) runs on a worker when it has seen a job, before it takes a task (a
  *  test holds a worker there, as the scheduler may). Set it while no pool runs. */

@@ -48,8 +48,8 @@ static void test_par_every_task_once(void)
 }
 
 /* A step begun with mfs_par_start runs every task once on the workers while the caller goes on
- * (the caller's own thread takes none), and is waited for by mfs_par_wait, by the next
- * mfs_par_run or by mfs_par_free. */
+ * (the caller's own thread takes none until it waits), and is waited for by mfs_par_wait, by
+ * the next mfs_par_run or by mfs_par_free. */
 static pthread_t g_caller;
 static atomic_int g_on_caller;
 static void hit_elsewhere(void *arg, size_t t)
@@ -72,6 +72,8 @@ static void test_par_start_wait(void)
 				atomic_store(&g_hits[t], 0);
 			atomic_store(&g_on_caller, 0);
 			mfs_par_start(p, 1000, hit_elsewhere, NULL);
+			/* with workers, none on the caller while it goes on; without, all of them */
+			TEST_EQ_INT(atomic_load(&g_on_caller), threads[a] > 1 ? 0 : 1000);
 			if (rep % 3 == 0) {
 				mfs_par_wait(p);
 				mfs_par_wait(p); /* (nothing owed: returns) */
@@ -86,8 +88,6 @@ static void test_par_start_wait(void)
 			for (size_t t = 0; t < 1000; t++)
 				bad += atomic_load(&g_hits[t]) != 1;
 			TEST_ASSERT_MSG(bad == 0, "threads %d rep %d: %d tasks not run once", threads[a], rep, bad);
-			/* with workers, none on the caller; without, all of them */
-			TEST_EQ_INT(atomic_load(&g_on_caller), threads[a] > 1 ? 0 : 1000);
 		}
 		mfs_par_start(p, 1000, hit, NULL); /* freed with a step under way: waited for */
 		mfs_par_free(p);
@@ -145,6 +145,22 @@ static void test_par_held_worker(void)
 	for (int rep = 0; rep < 20; rep++)
 		mfs_par_run(p, 1000, hit_b, NULL);
 	mfs_par_free(p); /* (joins the worker: whatever it took has run) */
+	/* a started step whose worker is held: the wait takes the tasks on the caller */
+	g_held = g_release = 0;
+	TEST_OK(mfs_par_init(&p, 2, "test-hold"));
+	mfs_par_start(p, 100, hit, NULL);
+	pthread_mutex_lock(&g_hold_mu);
+	while (!g_held)
+		pthread_cond_wait(&g_hold_cv, &g_hold_mu);
+	pthread_mutex_unlock(&g_hold_mu);
+	mfs_par_wait(p);
+	for (size_t t = 0; t < 100; t++)
+		TEST_ASSERT(atomic_fetch_sub(&g_hits[t], 1) == 2); /* (once more: the first job's run) */
+	pthread_mutex_lock(&g_hold_mu);
+	g_release = 1;
+	pthread_cond_broadcast(&g_hold_cv);
+	pthread_mutex_unlock(&g_hold_mu);
+	mfs_par_free(p);
 	int bad = 0;
 	for (size_t t = 0; t < 1000; t++) {
 		bad += atomic_load(&g_hits[t]) != (t < 100 ? 1 : 0);
