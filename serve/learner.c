@@ -974,10 +974,10 @@ static void *thread_main(void *arg)
 	ph_format(ph, sizeof ph, l->ph, 1, 1, "_s");
 	mfs_info("serve", "msg=\"learner done\" events_applied=%" PRIu64 " held_out=%" PRIu64 " replayed=%" PRIu64 " messages=%" PRIu64
 	         " snapshots=%" PRIu64 " snapshots_deferred=%" PRIu64 " latency_p50_ms=%.1f latency_p99_ms=%.1f"
-	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f%s",
+	         " latency_n=%" PRIu64 " applied_p50_ms=%.1f applied_p99_ms=%.1f rows_ahead=%" PRIu64 "%s",
 	         l->m->events_applied, l->meta.held_out, l->meta.replayed, l->messages, l->snapshots, l->snap_deferred,
 	         mfs_hist_quantile(&l->snap_lat, 0.5), mfs_hist_quantile(&l->snap_lat, 0.99), l->snap_lat.n,
-	         mfs_hist_quantile(&l->apl_lat, 0.5), mfs_hist_quantile(&l->apl_lat, 0.99), ph);
+	         mfs_hist_quantile(&l->apl_lat, 0.5), mfs_hist_quantile(&l->apl_lat, 0.99), l->rows.ahead_used, ph);
 	l->thread_rc = rc;
 	return NULL;
 }

@@ -324,12 +324,18 @@ static void test_serve_exactly_once(void)
 	}
 
 	/* the whole topic again into a new snapshot, in batches large enough (the backlog fills
-	 * them) to resolve users and items on two threads: still every id has its row */
+	 * them) to resolve users and items on two threads: still every id has its row. The
+	 * learner holds each batch a second (test.apply_delay_ms), so the consumer has the next
+	 * one queued when the learner looks: its ids are looked up ahead (serve.rows_ahead; not
+	 * beside the seen-items tracker, which has the pool then) */
 	char snap2[400];
 	snprintf(snap2, sizeof snap2, "%s/snap-big", v.dir);
-	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", "--lr", "0.05", NULL};
+	const char *big[] = {"--serve.batch_size", "16384", "--serve.exit_at_end", "true", "--lr", "0.05",
+	                     "--test.apply_delay_ms", "1000", "--snapshot.seen_items", "0", NULL};
 	pid = sh_spawn(bs, topic, snap2, "mfs-test-serve-3", log, NULL, big);
 	TEST_EQ_INT(sh_wait_exit(pid, 60), 0);
+	const long ahead = sh_log_value(log, "learner done", "rows_ahead=");
+	TEST_ASSERT_MSG(ahead >= 1, "batches looked up ahead: %ld (the learner's final line)", ahead);
 	s = sh_read(snap2);
 	TEST_EQ_INT(s.events, n);
 	TEST_ASSERT_MSG(fabs(s.lr - 0.05) < 1e-6, "learning_rate %g: serve's --lr is serve.lr (0.05)", s.lr);
