@@ -232,6 +232,19 @@ static int three_steps(const mfs_rows_t *r, const mfs_ebatch_t *b)
 	return r->par && b->n >= MFS_ROWS_SPLIT_MIN && !r->m->track && !b->n_del && !r->sides_only;
 }
 
+/* Point step 1 (lookup_task) at batch b and the arrays it fills; @return its task count. */
+static size_t look_at(mfs_rows_t *r, const mfs_ebatch_t *b, uint32_t *u, uint32_t *i, float *rt, uint64_t *h0,
+                      uint64_t *h1)
+{
+	r->look.b = b;
+	r->look.u = u;
+	r->look.i = i;
+	r->look.r = rt;
+	r->look.h[0] = h0;
+	r->look.h[1] = h1;
+	return 2 * ((b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK);
+}
+
 #define SWAP(T, x, y) \
 	do { \
 		T t_ = (x); \
@@ -248,15 +261,10 @@ int mfs_rows_ahead(mfs_rows_t *r, const mfs_ebatch_t *b)
 	    mfs_grow((void **)&r->ah[0], &r->cap_ah[0], b->n, sizeof *r->ah[0]) ||
 	    mfs_grow((void **)&r->ah[1], &r->cap_ah[1], b->n, sizeof *r->ah[1]))
 		return 0; /* (resolve looks them up) */
-	r->look.b = b;
-	r->look.u = r->au;
-	r->look.i = r->ai;
-	r->look.r = r->ar;
-	r->look.h[0] = r->ah[0];
-	r->look.h[1] = r->ah[1];
+	const size_t tasks = look_at(r, b, r->au, r->ai, r->ar, r->ah[0], r->ah[1]);
 	r->ahead = b;
 	r->aheads++;
-	mfs_par_start(r->par, 2 * ((b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK), lookup_task, r);
+	mfs_par_start(r->par, tasks, lookup_task, r);
 	return 1;
 }
 
@@ -308,7 +316,7 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 	}
 	r->batch = b;
 	r->rc[0] = r->rc[1] = 0;
-	if (r->m->track || b->n_del || r->sides_only) { /* lookups may change rows: each side in order on its thread */
+	if (!three_steps(r, b)) { /* lookups may change rows: each side in order on its thread */
 		r->steps[1]++;
 		mfs_par_run(r->par, 2, side_task, r);
 	} else {
@@ -317,15 +325,8 @@ int mfs_rows_resolve(mfs_rows_t *r, const mfs_ebatch_t *b)
 			if (mfs_grow((void **)&r->h[s], &r->cap_h[s], b->n, sizeof *r->h[s]) ||
 			    mfs_grow((void **)&r->miss[s], &r->cap_miss[s], b->n, sizeof *r->miss[s]))
 				return ENOMEM;
-		if (!looked) {
-			r->look.b = b;
-			r->look.u = r->u;
-			r->look.i = r->i;
-			r->look.r = r->r;
-			r->look.h[0] = r->h[0];
-			r->look.h[1] = r->h[1];
-			mfs_par_run(r->par, 2 * ((b->n + LOOKUP_CHUNK - 1) / LOOKUP_CHUNK), lookup_task, r);
-		}
+		if (!looked)
+			mfs_par_run(r->par, look_at(r, b, r->u, r->i, r->r, r->h[0], r->h[1]), lookup_task, r);
 		const double t1 = mfs_now_s(); /* (step 1: looked up here, or what was left of it ahead) */
 		gather(r, 0);
 		gather(r, 1);
