@@ -20,6 +20,7 @@
 #ifndef MFS_SHARD_H
 #define MFS_SHARD_H
 
+#include <math.h>
 #include <stdint.h>
 
 /** Most shards the reference (and the design) takes: a host's GPUs. */
@@ -32,6 +33,14 @@ enum mfs_shard_scheme {
 	/* items cut into S blocks that rotate: in sub-epoch t shard s works rating block
 	 * (s, (s + t) % S) and then hands item block (s + t) % S to shard s - 1 (CuMF_SGD) */
 	MFS_SHARD_ROTATE = 1,
+	/* hosts (docs/SCALE_OUT.md, "between hosts"): items replicated, no barrier. Every
+	 * `exchange_every` batches each shard publishes, for every item row its own ratings moved
+	 * since its last publish, its cumulative contribution (the sum of its own moves, and the
+	 * ratings behind them); the others receive it `lag` batches later and merge the difference
+	 * from what they had applied into their current value (combine SUM: added; BLEND: as that
+	 * many ratings pulling towards the sender's target, mixed with the receiver's own recent
+	 * ratings of the row by count: gpu/cpu/shard_ref.c says how) */
+	MFS_SHARD_HOSTS = 2,
 };
 
 /** How an all-reduce combines the replicas of an item row that several shards changed since
@@ -87,5 +96,16 @@ static inline uint64_t mfs_shard_allreduce_bytes(uint64_t rows, uint64_t row_byt
 {
 	return 2u * (uint64_t)(shards - 1) * rows * row_bytes;
 }
+
+/* BLEND's pieces (enum mfs_shard_combine), with l = log(1 - g), g a step's fraction:
+ * a participant's weight n / (1 - (1 - g)^n), and the scale (1 - (1 - g)^N) / N of the weighted
+ * sum of all N ratings' moves: q = q0 + scale * sum_s weight_s (q_s - q0). */
+#define MFS_SHARD_BLEND_MAX_STEP 0.999 /* g is capped here: log1p(-1) would be -inf */
+static inline double mfs_shard_blend_log(double g)
+{
+	return log1p(-fmin(g, MFS_SHARD_BLEND_MAX_STEP));
+}
+static inline double mfs_shard_blend_weight(double n, double l) { return n / -expm1(n * l); }
+static inline double mfs_shard_blend_scale(double N, double l) { return -expm1(N * l) / N; }
 
 #endif

@@ -34,6 +34,37 @@
  * and the bytes of every block that changes hands are counted. Every rating's block is checked
  * against owner[] before the shard applies it (owner_violations).
  *
+ * Hosts. The allreduce's replicas and routing, no barrier. Each shard keeps, per item row,
+ * (bias then k factors)
+ *     ref     the value at its last publish, moved by every merge since (float, like the
+ *             replica): q - ref is its own unpublished move
+ *     own     its cumulative contribution, the sum of its published moves (double), and own_n
+ *             the ratings behind them
+ *     got[g]  the cumulative contribution of shard g it has merged, and got_n[g]
+ *     old_n   own_n as of its publish exchange_every batches before the newest one the
+ *             others have received
+ * Every exchange_every batches each shard publishes its touched rows: own += q - ref,
+ * own_n += its ratings of the row, ref = q; the message (row, own_n, own, and the value q)
+ * is delivered to the others lag batches later. A receiver takes, per row and sender in
+ * publish order, the difference d = own_g - got[g] (n ratings) and
+ *     SUM:   q += d
+ *     BLEND: n virtual ratings towards the sender's target. With a = (1 - g)^n (g as in
+ *            gpu/shard.h), the sender's n steps moved it d and left a of its distance, so its
+ *            target is t = v + d a / (1 - a) (v the value it sent). The receiver's own n_r
+ *            ratings of the row the sender had not seen (own_n - old_n) pulled it to its
+ *            current q, a_r = (1 - g)^n_r; interleaved, both sets of steps end near the
+ *            count-weighted mean m = (n_r q + n t) / (n_r + n):
+ *                q = m + (q - m) a_r a
+ *            A cold row (n g, n_r g small) gets q + d (the sum: the moves add); a hot row the
+ *            count-weighted mean of the receiver's value and the sender's target; a row the
+ *            receiver has not rated since (n_r = 0), q + (1 - a)(t - q).
+ * and ref moves by as much as q (a merge is not the receiver's own move). Cumulative values, not
+ * deltas, so that the latest message per (row, sender) is all a late receiver needs (a
+ * compacted topic). Why not gpu/shard.h's BLEND from a common start: between hosts there is
+ * none (the receiver moved on during the lag), and estimating one from the receiver's own
+ * recent moves weighs those moves again at every delivery: measured, that diverged at Zipf 1.2
+ * with 4 shards and a lag of 10 batches (docs/BENCHMARKS.md, "Between hosts").
+ *
  * Ownership: the reference keeps m (the caller's) and writes its arrays; it owns the replicas,
  * the routing scratch and the loaded ratings.
  */
@@ -51,7 +82,19 @@
 
 /* BLEND: the largest fraction of its distance to the target one step may cover (log1p(-1)
  * would be -inf). */
-#define MAX_STEP 0.999
+#define MAX_STEP MFS_SHARD_BLEND_MAX_STEP
+
+/* hosts: one shard's publish, delivered to the others at batch `at` */
+struct hmsg {
+	uint64_t at;
+	uint32_t from;
+	int delivered; /* to the others */
+	size_t n;
+	uint32_t *rows;
+	uint64_t *own_n;
+	double *own; /* n x (k + 1) */
+	float *val;  /* n x (k + 1): the sender's value of the row at the publish */
+};
 
 struct shard {
 	/* allreduce: this round's ratings (routed from the batch, in order) */
@@ -67,6 +110,14 @@ struct shard {
 	uint32_t sh_block;      /* rotation: the block worked this round */
 	uint64_t sh_applied;    /* this round */
 	uint64_t sh_violations; /* this round */
+	/* hosts (DESIGN): (k + 1) values a row, bias first */
+	uint32_t *sh_tlist;     /* the rows touched since the last publish, first-touch order */
+	uint64_t *sh_old_n;     /* own_n as of the publish exchange_every + lag batches ago */
+	float *sh_ref;
+	double *sh_own;
+	uint64_t *sh_own_n;
+	double *sh_got[MFS_SHARD_MAX];
+	uint64_t *sh_got_n[MFS_SHARD_MAX];
 };
 
 struct mfs_shard_ref {
@@ -89,6 +140,10 @@ struct mfs_shard_ref {
 	uint32_t sr_owner[MFS_SHARD_MAX]; /* rotation: block -> shard holding it */
 	uint64_t sr_sub_epochs;
 	mfs_shard_stats_t sr_st;
+	/* hosts */
+	struct hmsg *sr_q;      /* published, not yet delivered, in publish order */
+	size_t sr_nq, sr_capq;
+	uint64_t sr_round;      /* batches so far */
 };
 
 /* ---- rounds on threads ---------------------------------------------------------------- */
@@ -161,7 +216,7 @@ static mfs_sgd_args_t args_of(const mfs_shard_ref_t *r, uint32_t s)
 {
 	const mfs_model_t *m = r->sr_m;
 	mfs_sgd_args_t a = {r->sr_k, (float)m->mu, m->P, m->Q, m->bu, m->bi, r->sr_hp};
-	if (r->sr_c.scheme == MFS_SHARD_ALLREDUCE) {
+	if (r->sr_c.scheme != MFS_SHARD_ROTATE) {
 		a.Q = r->sr_sh[s].sh_Q;
 		a.bi = r->sr_sh[s].sh_bi;
 	}
@@ -183,7 +238,23 @@ void mfs_shard_ref_free(mfs_shard_ref_t *r)
 		free(sh->sh_bi);
 		free(sh->sh_touched);
 		free(sh->sh_rt);
+		free(sh->sh_tlist);
+		free(sh->sh_old_n);
+		free(sh->sh_ref);
+		free(sh->sh_own);
+		free(sh->sh_own_n);
+		for (uint32_t g = 0; g < r->sr_c.shards; g++) {
+			free(sh->sh_got[g]);
+			free(sh->sh_got_n[g]);
+		}
 	}
+	for (size_t x = 0; x < r->sr_nq; x++) {
+		free(r->sr_q[x].rows);
+		free(r->sr_q[x].own_n);
+		free(r->sr_q[x].own);
+		free(r->sr_q[x].val);
+	}
+	free(r->sr_q);
 	free(r->sr_sh);
 	free(r->sr_union);
 	free(r->sr_inunion);
@@ -203,11 +274,13 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 	if (conf->shards < 1 || conf->shards > MFS_SHARD_MAX)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: %u shards (want 1..%d)",
 		                conf->shards, MFS_SHARD_MAX);
-	if (conf->scheme != MFS_SHARD_ALLREDUCE && conf->scheme != MFS_SHARD_ROTATE)
+	if (conf->scheme != MFS_SHARD_ALLREDUCE && conf->scheme != MFS_SHARD_ROTATE && conf->scheme != MFS_SHARD_HOSTS)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: unknown scheme %d", conf->scheme);
-	if (conf->scheme == MFS_SHARD_ALLREDUCE && (conf->batch < 1 || conf->exchange_every < 1))
+	if (conf->scheme != MFS_SHARD_ROTATE && (conf->batch < 1 || conf->exchange_every < 1))
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL,
-		                "shard reference: allreduce wants batch >= 1 and exchange_every >= 1");
+		                "shard reference: allreduce and hosts want batch >= 1 and exchange_every >= 1");
+	if (conf->scheme == MFS_SHARD_HOSTS && conf->combine == MFS_SHARD_MEAN)
+		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: hosts merge by SUM or BLEND");
 	if (conf->combine != MFS_SHARD_SUM && conf->combine != MFS_SHARD_MEAN &&
 	    conf->combine != MFS_SHARD_BLEND)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "shard reference: unknown combine %d", conf->combine);
@@ -227,7 +300,7 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 	r->sr_tacc = malloc((ks + 1) * sizeof *r->sr_tacc);
 	if (!r->sr_sh || !r->sr_acc || !r->sr_tacc)
 		goto nomem;
-	if (conf->scheme == MFS_SHARD_ALLREDUCE) {
+	if (conf->scheme != MFS_SHARD_ROTATE) {
 		r->sr_union = malloc(ni * sizeof *r->sr_union);
 		r->sr_inunion = calloc(ni, 1);
 		if (!r->sr_union || !r->sr_inunion)
@@ -242,6 +315,31 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 			/* every replica starts as the model's item table */
 			memcpy(sh->sh_Q, m->Q, (size_t)r->sr_ni * ks * sizeof *sh->sh_Q);
 			memcpy(sh->sh_bi, m->bi, (size_t)r->sr_ni * sizeof *sh->sh_bi);
+		}
+	}
+	if (conf->scheme == MFS_SHARD_HOSTS) {
+		const size_t kv = ks + 1;
+		for (uint32_t s = 0; s < S; s++) {
+			struct shard *sh = &r->sr_sh[s];
+			sh->sh_tlist = malloc(ni * sizeof *sh->sh_tlist);
+			sh->sh_old_n = calloc(ni, sizeof *sh->sh_old_n);
+			sh->sh_ref = malloc(ni * kv * sizeof *sh->sh_ref);
+			sh->sh_own = calloc(ni * kv, sizeof *sh->sh_own);
+			sh->sh_own_n = calloc(ni, sizeof *sh->sh_own_n);
+			if (!sh->sh_tlist || !sh->sh_old_n || !sh->sh_ref || !sh->sh_own || !sh->sh_own_n)
+				goto nomem;
+			for (uint32_t i = 0; i < r->sr_ni; i++) {
+				sh->sh_ref[i * kv] = m->bi[i];
+				memcpy(sh->sh_ref + i * kv + 1, m->Q + i * ks, ks * sizeof *sh->sh_ref);
+			}
+			for (uint32_t g = 0; g < S; g++) {
+				if (g == s)
+					continue;
+				sh->sh_got[g] = calloc(ni * kv, sizeof *sh->sh_got[g]);
+				sh->sh_got_n[g] = calloc(ni, sizeof *sh->sh_got_n[g]);
+				if (!sh->sh_got[g] || !sh->sh_got_n[g])
+					goto nomem;
+			}
 		}
 	}
 	for (uint32_t b = 0; b < S; b++) /* blocks start where sub-epoch 0 wants them */
@@ -293,9 +391,12 @@ static int route(mfs_shard_ref_t *r, const mfs_batch_t *b)
 		sh->sh_u[sh->sh_n] = u;
 		sh->sh_i[sh->sh_n] = i;
 		sh->sh_r[sh->sh_n++] = b->r[j];
-		if (sh->sh_touched[i]++ == 0)
+		if (sh->sh_touched[i]++ == 0) {
+			if (sh->sh_tlist)
+				sh->sh_tlist[sh->sh_ntouched] = i;
 			sh->sh_ntouched++;
-		if (!r->sr_inunion[i]) {
+		}
+		if (r->sr_c.scheme == MFS_SHARD_ALLREDUCE && !r->sr_inunion[i]) {
 			r->sr_inunion[i] = 1;
 			r->sr_union[r->sr_nunion++] = i;
 		}
@@ -360,10 +461,190 @@ static void blend_row(mfs_shard_ref_t *r, uint32_t i, uint32_t c, double p2, flo
 		acc[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
 }
 
+
+/* ---- hosts ---------------------------------------------------------------------------------- */
+
+/* Shard s publishes its touched rows (DESIGN): own += q - ref, ref = q; one message. */
+static int hosts_publish(mfs_shard_ref_t *r, uint32_t s)
+{
+	struct shard *sh = &r->sr_sh[s];
+	const size_t ks = (size_t)r->sr_k, kv = ks + 1, n = sh->sh_ntouched;
+	if (!n)
+		return 0;
+	if (r->sr_nq == r->sr_capq) {
+		const size_t cap = r->sr_capq ? 2 * r->sr_capq : 16;
+		struct hmsg *q = realloc(r->sr_q, cap * sizeof *q);
+		if (!q)
+			return ENOMEM;
+		r->sr_q = q;
+		r->sr_capq = cap;
+	}
+	struct hmsg *msg = &r->sr_q[r->sr_nq];
+	*msg = (struct hmsg){r->sr_round + r->sr_c.lag, s, 0, n, malloc(n * sizeof(uint32_t)),
+	                     malloc(n * sizeof(uint64_t)), malloc(n * kv * sizeof(double)),
+	                     malloc(n * kv * sizeof(float))};
+	if (!msg->rows || !msg->own_n || !msg->own || !msg->val) {
+		free(msg->rows);
+		free(msg->own_n);
+		free(msg->own);
+		free(msg->val);
+		return ENOMEM;
+	}
+	for (size_t x = 0; x < n; x++) {
+		const uint32_t i = sh->sh_tlist[x];
+		float *ref = sh->sh_ref + i * kv;
+		double *own = sh->sh_own + i * kv;
+		const float *q = sh->sh_Q + i * ks;
+		own[0] += (double)sh->sh_bi[i] - (double)ref[0];
+		ref[0] = sh->sh_bi[i];
+		for (size_t f = 0; f < ks; f++) {
+			own[1 + f] += (double)q[f] - (double)ref[1 + f];
+			ref[1 + f] = q[f];
+		}
+		sh->sh_own_n[i] += sh->sh_touched[i];
+		sh->sh_touched[i] = 0;
+		msg->rows[x] = i;
+		msg->own_n[x] = sh->sh_own_n[i];
+		memcpy(msg->own + x * kv, own, kv * sizeof *own);
+		memcpy(msg->val + x * kv, ref, kv * sizeof *ref);
+	}
+	sh->sh_ntouched = 0;
+	r->sr_nq++;
+	r->sr_st.rows_exchanged += n;
+	/* per row: id, count, the contribution (doubles) and the value (floats), to each other shard */
+	r->sr_st.bytes_sparse +=
+	        (uint64_t)n * (r->sr_c.shards - 1) * (kv * (sizeof(double) + sizeof(float)) + 2 * sizeof(uint64_t));
+	return 0;
+}
+
+/* BLEND's |p|^2 for shard s: the mean over its last batch's users. */
+static double shard_p2(const mfs_shard_ref_t *r, uint32_t s)
+{
+	const size_t ks = (size_t)r->sr_k;
+	const struct shard *sh = &r->sr_sh[s];
+	double sum = 0;
+	for (size_t j = 0; j < sh->sh_n; j++) {
+		const float *p = r->sr_m->P + sh->sh_u[j] * ks;
+		for (size_t f = 0; f < ks; f++)
+			sum += (double)p[f] * (double)p[f];
+	}
+	return sh->sh_n ? sum / (double)sh->sh_n : 0;
+}
+
+/* Receiver h merges the messages q[0 .. nmsg) of the other shards (DESIGN), in order. */
+static void hosts_merge(mfs_shard_ref_t *r, uint32_t h, const struct hmsg *q, size_t nmsg)
+{
+	struct shard *sh = &r->sr_sh[h];
+	const size_t ks = (size_t)r->sr_k, kv = ks + 1;
+	const int blend = r->sr_c.combine == MFS_SHARD_BLEND;
+	const double p2 = blend ? shard_p2(r, h) : 0;
+	const double lb = mfs_shard_blend_log((double)r->sr_hp.lr * (1.0 + (double)r->sr_hp.lambda_bi));
+	const double lq = mfs_shard_blend_log((double)r->sr_hp.lr * (p2 / (double)ks + (double)r->sr_hp.lambda_q));
+	for (size_t m = 0; m < nmsg; m++) {
+		const struct hmsg *msg = &q[m];
+		if (msg->from == h)
+			continue;
+		double *got = sh->sh_got[msg->from];
+		uint64_t *got_n = sh->sh_got_n[msg->from];
+		for (size_t x = 0; x < msg->n; x++) {
+			const uint32_t i = msg->rows[x];
+			const double *own = msg->own + x * kv;
+			const float *val = msg->val + x * kv;
+			double *g = got + i * kv;
+			const double n = (double)(msg->own_n[x] - got_n[i]);
+			got_n[i] = msg->own_n[x];
+			if (n == 0)
+				continue;
+			/* a = (1 - g)^n, the part of the distance to the target n steps leave */
+			const double ab = exp(n * lb), aq = exp(n * lq);
+			const double nr = (double)(sh->sh_own_n[i] + sh->sh_touched[i] - sh->sh_old_n[i]);
+			const double arb = exp(nr * lb), arq = exp(nr * lq), wr = nr / (nr + n);
+			const double rb = ab / -expm1(n * lb), rq = aq / -expm1(n * lq); /* a / (1 - a) */
+			float *qv = sh->sh_Q + i * ks, *ref = sh->sh_ref + i * kv;
+			for (size_t f = 0; f < kv; f++) {
+				float *v = f ? &qv[f - 1] : &sh->sh_bi[i];
+				const double d = own[f] - g[f], cur = *v;
+				g[f] = own[f];
+				double next;
+				if (!blend || (f ? lq : lb) == 0) { /* g = 0: steps that do not pull add up */
+					next = cur + d;
+				} else {
+					/* the sender's target: its value plus what its n steps left of the way */
+					const double t = (double)val[f] + (f ? rq : rb) * d;
+					const double tm = wr * cur + (1 - wr) * t;
+					next = tm + (cur - tm) * (f ? aq * arq : ab * arb);
+				}
+				*v = (float)next;
+				ref[f] = (float)((double)ref[f] + ((double)*v - cur));
+			}
+		}
+	}
+}
+
+/* Deliver what is due by now (flush: everything): a message goes to the other shards at its
+ * `at`; back to its sender at at + exchange_every, when it leaves the queue (old_n). */
+static void hosts_deliver(mfs_shard_ref_t *r, int flush)
+{
+	size_t first = 0, due, gone = 0;
+	while (first < r->sr_nq && r->sr_q[first].delivered)
+		first++;
+	due = first;
+	while (due < r->sr_nq && (flush || r->sr_q[due].at <= r->sr_round))
+		due++;
+	if (due > first)
+		for (uint32_t h = 0; h < r->sr_c.shards; h++)
+			hosts_merge(r, h, r->sr_q + first, due - first);
+	for (size_t x = first; x < due; x++)
+		r->sr_q[x].delivered = 1;
+	while (gone < r->sr_nq && r->sr_q[gone].delivered &&
+	       (flush || r->sr_q[gone].at + r->sr_c.exchange_every <= r->sr_round))
+		gone++;
+	for (size_t x = 0; x < gone; x++) {
+		struct hmsg *msg = &r->sr_q[x];
+		for (size_t j = 0; j < msg->n; j++)
+			r->sr_sh[msg->from].sh_old_n[msg->rows[j]] = msg->own_n[j];
+		free(msg->rows);
+		free(msg->own_n);
+		free(msg->own);
+		free(msg->val);
+	}
+	memmove(r->sr_q, r->sr_q + gone, (r->sr_nq - gone) * sizeof *r->sr_q);
+	r->sr_nq -= gone;
+}
+
+/* After a batch: publish when due, then deliver what is due. */
+static int hosts_after_batch(mfs_shard_ref_t *r, int flush)
+{
+	int rc = 0;
+	if (flush || ++r->sr_since >= r->sr_c.exchange_every) {
+		for (uint32_t s = 0; s < r->sr_c.shards && !rc; s++)
+			rc = hosts_publish(r, s);
+		r->sr_st.exchanges++;
+		r->sr_since = 0;
+	}
+	if (!rc)
+		hosts_deliver(r, flush);
+	return rc;
+}
+
+/* The model's item rows = shard 0's replica (what its host's snapshot would write). */
+static void hosts_show(mfs_shard_ref_t *r)
+{
+	mfs_model_t *m = r->sr_m;
+	memcpy(m->Q, r->sr_sh[0].sh_Q, (size_t)r->sr_ni * (size_t)r->sr_k * sizeof *m->Q);
+	memcpy(m->bi, r->sr_sh[0].sh_bi, (size_t)r->sr_ni * sizeof *m->bi);
+}
+
 int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 {
 	if (!r)
 		return MFS_EINVAL;
+	if (r->sr_c.scheme == MFS_SHARD_HOSTS) {
+		int rc = hosts_after_batch(r, 1);
+		if (!rc)
+			hosts_show(r);
+		return rc;
+	}
 	if (r->sr_c.scheme != MFS_SHARD_ALLREDUCE || (r->sr_nunion == 0 && r->sr_since == 0))
 		return 0;
 	const uint32_t S = r->sr_c.shards;
@@ -446,6 +727,10 @@ static int allreduce_batch(mfs_shard_ref_t *r, const mfs_batch_t *b)
 	r->sr_st.rounds++;
 	r->sr_st.ratings += b->n;
 	r->sr_st.ratings_max_sum += max;
+	if (r->sr_c.scheme == MFS_SHARD_HOSTS) {
+		r->sr_round++;
+		return hosts_after_batch(r, 0);
+	}
 	if (++r->sr_since >= r->sr_c.exchange_every)
 		rc = mfs_shard_ref_exchange(r);
 	return rc;
@@ -453,7 +738,7 @@ static int allreduce_batch(mfs_shard_ref_t *r, const mfs_batch_t *b)
 
 int mfs_shard_ref_sgd(mfs_shard_ref_t *r, const mfs_batch_t *b)
 {
-	if (!r || r->sr_c.scheme != MFS_SHARD_ALLREDUCE)
+	if (!r || r->sr_c.scheme == MFS_SHARD_ROTATE)
 		return MFS_EINVAL;
 	int rc = check_batch(r, b, 0);
 	return rc ? rc : allreduce_batch(r, b);
@@ -586,6 +871,12 @@ int mfs_shard_ref_epoch(mfs_shard_ref_t *r)
 	for (size_t off = 0; off < n && !rc; off += B) {
 		mfs_batch_t b = {r->sr_set.u + off, r->sr_set.i + off, r->sr_set.r + off, n - off < B ? n - off : B};
 		rc = allreduce_batch(r, &b);
+	}
+	if (r->sr_c.scheme == MFS_SHARD_HOSTS) {
+		/* hosts never stop to agree (the stream goes on): the model shows shard 0's replica */
+		if (!rc)
+			hosts_show(r);
+		return rc;
 	}
 	return rc ? rc : mfs_shard_ref_exchange(r); /* an epoch ends with the replicas agreeing */
 }

@@ -8,8 +8,9 @@
  *   mfs_shard_ref_set_hparams(r, &hp);
  *   mfs_shard_ref_load(r, &train);                 once: the ratings an epoch visits, in order
  *   mfs_shard_ref_epoch(r);                        one pass (ends with an exchange: allreduce)
- *   mfs_shard_ref_sgd(r, &batch);                  allreduce only: one streaming batch
- *   mfs_shard_ref_exchange(r);                     allreduce: exchange what is pending now
+ *   mfs_shard_ref_sgd(r, &batch);                  allreduce, hosts: one streaming batch
+ *   mfs_shard_ref_exchange(r);                     allreduce: exchange what is pending now;
+ *                                                  hosts: publish now, deliver everything
  *   mfs_shard_ref_loss(r, &test, &loss);           each shard scores its users; the sum
  *   mfs_shard_ref_free(r);
  *
@@ -17,7 +18,9 @@
  * rows, which the partition makes disjoint: numerically that is each device holding its
  * users. Item rows: allreduce keeps one replica per shard and the model's Q and bi as the
  * values at the last exchange (what every replica agreed on, what a snapshot writes);
- * rotation keeps them in the model's arrays, each block written only by the shard holding it.
+ * rotation keeps them in the model's arrays, each block written only by the shard holding it;
+ * hosts keep a replica per shard that never waits for the others (the model's item rows show
+ * shard 0's after an epoch).
  * mu and the hyperparameters are the same on every shard: the loss is summed over shards and
  * one learning-rate controller turns it into the rate every shard uses.
  *
@@ -35,6 +38,10 @@
  *   - rotation: a rating is applied only by the shard that holds its item block then (counted
  *     in owner_violations, always 0); every rating once per epoch.
  *   - threads never change a result: shards write disjoint rows between exchanges.
+ *   - hosts: S = 1 is the serial engine bit for bit (nothing is sent); a row one shard alone
+ *     changed reaches every other shard `lag` batches after the publish that carries it, as
+ *     that shard's value then (to rounding), SUM or BLEND. The model's item rows show shard
+ *     0's replica after an epoch or an exchange (each host's snapshot writes its own).
  * The reference does not grow: rows must be below the model's row counts at init.
  */
 #ifndef MFS_SHARD_REF_H
@@ -57,8 +64,9 @@ typedef struct mfs_shard_conf {
 	uint32_t shards;         /* S, 1 .. MFS_SHARD_MAX */
 	int scheme;              /* enum mfs_shard_scheme */
 	size_t batch;            /* allreduce epochs: ratings per batch (the streaming batch) */
-	uint32_t exchange_every; /* allreduce: batches between exchanges, >= 1 */
-	int combine;             /* allreduce: enum mfs_shard_combine */
+	uint32_t exchange_every; /* allreduce: batches between exchanges; hosts: between publishes; >= 1 */
+	uint32_t lag;            /* hosts: batches from a publish to its delivery (0: the same batch) */
+	int combine;             /* allreduce: enum mfs_shard_combine; hosts: SUM or BLEND */
 	int threads;             /* shards run on this many threads (<= 1: one after another) */
 	mfs_shard_trace_fn trace; /* optional (rotation) */
 	void *trace_arg;
@@ -66,12 +74,16 @@ typedef struct mfs_shard_conf {
 
 /** What crossed (or would cross) between devices, and how even the shards' work was. */
 typedef struct mfs_shard_stats {
-	uint64_t exchanges;        /* allreduce: exchanges; rotation: hand-overs of the blocks */
-	uint64_t rows_exchanged;   /* allreduce: item rows changed by some shard, summed over exchanges */
+	uint64_t exchanges;        /* allreduce: exchanges; rotation: hand-overs of the blocks; hosts:
+	                              batches with a publish */
+	uint64_t rows_exchanged;   /* allreduce: item rows changed by some shard, summed over exchanges;
+	                              hosts: rows published, all shards */
 	uint64_t bytes_dense;      /* allreduce: a ring all-reduce of the whole item table (bias + k
 	                              factors, fp32), all shards together */
 	uint64_t bytes_sparse;     /* allreduce: an all-gather of each shard's touched rows (row number
-	                              + values) to every other shard; rotation: the item blocks handed on */
+	                              + values) to every other shard; rotation: the item blocks handed on;
+	                              hosts: the published rows (id, count, k + 1 doubles of contribution,
+	                              k + 1 floats of value) as every other shard receives them */
 	uint64_t rounds;           /* batches (allreduce) or sub-epochs (rotation) */
 	uint64_t ratings;          /* ratings worked, all shards */
 	uint64_t ratings_max_sum;  /* per round, the busiest shard's ratings, summed: with a barrier
@@ -93,11 +105,13 @@ int mfs_shard_ref_load(mfs_shard_ref_t *r, const mfs_batch_t *b);
  *  every exchange_every batches and at the end; rotation, S sub-epochs.
  *  @return 0, MFS_EINVAL (nothing loaded), ENOMEM, or a thread's error. */
 int mfs_shard_ref_epoch(mfs_shard_ref_t *r);
-/** Allreduce: one batch, each rating on its user's shard in order; exchanges when
- *  exchange_every batches have gone by since the last exchange.
+/** Allreduce and hosts: one batch, each rating on its user's shard in order; exchanges (or
+ *  publishes) when exchange_every batches have gone by since the last, and (hosts) delivers
+ *  what was published lag batches ago.
  *  @return 0, MFS_EINVAL (rotation, or a row out of range), MFS_ENAN, ENOMEM. */
 int mfs_shard_ref_sgd(mfs_shard_ref_t *r, const mfs_batch_t *b);
-/** Allreduce: exchange now what changed since the last exchange (no-op for rotation). */
+/** Allreduce: exchange now what changed since the last exchange; hosts: every shard publishes
+ *  now and everything published is delivered (no-op for rotation). */
 int mfs_shard_ref_exchange(mfs_shard_ref_t *r);
 /** RMSE/MAE of b: each shard scores its users' ratings against its own item table (a rating
  *  of an unknown user, MFS_ROW_NONE, on shard 0) in chunks of MFS_LOSS_CHUNK; the shards'

@@ -128,7 +128,7 @@ static mfs_shard_ref_t *open_refc(mfs_model_t *m, uint32_t S, int scheme, size_t
                                   int threads)
 {
 	mfs_shard_conf_t c = {.shards = S, .scheme = scheme, .batch = batch, .exchange_every = every,
-	                      .combine = combine, .threads = threads};
+	                      .lag = 2, .combine = combine, .threads = threads}; /* lag: hosts only */
 	mfs_shard_ref_t *r = NULL;
 	char err[256];
 	int rc = mfs_shard_ref_init(&c, m, &r, err, sizeof err);
@@ -249,7 +249,7 @@ static void test_one_shard_is_serial(void)
 		int combine;
 	} cf[] = {{MFS_SHARD_ALLREDUCE, 1, MFS_SHARD_SUM}, {MFS_SHARD_ALLREDUCE, 3, MFS_SHARD_SUM},
 	          {MFS_SHARD_ALLREDUCE, 1, MFS_SHARD_MEAN}, {MFS_SHARD_ALLREDUCE, 2, MFS_SHARD_BLEND},
-	          {MFS_SHARD_ROTATE, 0, 0}};
+	          {MFS_SHARD_ROTATE, 0, 0}, {MFS_SHARD_HOSTS, 1, MFS_SHARD_BLEND}, {MFS_SHARD_HOSTS, 3, MFS_SHARD_SUM}};
 	for (size_t x = 0; x < sizeof cf / sizeof cf[0]; x++) {
 		const int scheme = cf[x].scheme;
 		const uint32_t every = cf[x].every;
@@ -576,15 +576,177 @@ static void test_accuracy_skewed(void)
 	planted_free(&pl);
 }
 
-/* Threads change no bit: 4 shards on 1 and on 3 threads, both schemes. */
+/* ---- hosts ------------------------------------------------------------------------------- */
+
+static mfs_shard_ref_t *open_hosts(mfs_model_t *m, uint32_t S, size_t batch, uint32_t every, uint32_t lag,
+                                   int combine)
+{
+	mfs_shard_conf_t c = {.shards = S, .scheme = MFS_SHARD_HOSTS, .batch = batch, .exchange_every = every,
+	                      .lag = lag, .combine = combine, .threads = 2};
+	mfs_shard_ref_t *r = NULL;
+	char err[256];
+	int rc = mfs_shard_ref_init(&c, m, &r, err, sizeof err);
+	TEST_ASSERT_MSG(rc == 0, "init: %s", err);
+	return r;
+}
+
+/* Item row 0 as shard s holds it (bias, then k factors). */
+static void row0_of(const mfs_shard_ref_t *r, uint32_t s, int k, float *out)
+{
+	const float *bi = NULL, *Q = mfs_shard_ref_items(r, s, &bi);
+	out[0] = bi[0];
+	memcpy(out + 1, Q, (size_t)k * sizeof *out);
+}
+
+static int close_rows(const float *a, const float *b, int k, double tol)
+{
+	for (int f = 0; f <= k; f++)
+		if (fabs((double)a[f] - (double)b[f]) > tol * (1 + fabs((double)b[f])))
+			return 0;
+	return 1;
+}
+
+/* A row one shard alone changed reaches the others exactly `lag` batches after the publish
+ * that carries it, as that shard's value (to rounding), SUM and BLEND: 3 shards, publish
+ * every 2 batches, lag 3. Batches 1-2 rate item 0 by shard 1's users only (rows 1, 4, 7);
+ * the publish after batch 2 is delivered after batch 5; until then shards 0 and 2 hold the
+ * initial value, and shard 1's own value is not moved by anything it receives. */
+static void test_hosts_lag(void)
+{
+	const int k = 8;
+	for (int c = MFS_SHARD_SUM; c <= MFS_SHARD_BLEND; c += MFS_SHARD_BLEND - MFS_SHARD_SUM) {
+		mfs_model_t *m = mk_model(k, 9, 4, 3.0, 31);
+		mfs_shard_ref_t *r = open_hosts(m, 3, 10, 2, 3, c);
+		mfs_hparams_t hp = hp_at(0.05f);
+		TEST_OK(mfs_shard_ref_set_hparams(r, &hp));
+		float init[9], v1[9], v[9];
+		row0_of(r, 0, k, init);
+		const uint32_t u[3] = {1, 4, 7}, i[3] = {0, 0, 0};
+		const float x[3] = {5, 4.5f, 5};
+		const mfs_batch_t rated = {u, i, x, 3}, empty = {u, i, x, 0};
+		TEST_OK(mfs_shard_ref_sgd(r, &rated));
+		TEST_OK(mfs_shard_ref_sgd(r, &rated)); /* batch 2: shard 1 publishes row 0 */
+		row0_of(r, 1, k, v1);
+		TEST_ASSERT(!close_rows(v1, init, k, 1e-6)); /* it moved */
+		for (int b = 3; b <= 5; b++) {
+			row0_of(r, 0, k, v);
+			TEST_ASSERT_MSG(close_rows(v, init, k, 0), "combine %d: shard 0 has row 0 before batch %d", c, b);
+			TEST_OK(mfs_shard_ref_sgd(r, &empty));
+		}
+		for (uint32_t s = 0; s < 3; s++) {
+			row0_of(r, s, k, v);
+			TEST_ASSERT_MSG(close_rows(v, v1, k, 1e-6), "combine %d: shard %u's row 0 after the lag", c, s);
+		}
+		mfs_shard_stats_t st;
+		mfs_shard_ref_stats(r, &st);
+		TEST_EQ_INT(st.rows_exchanged, 1);
+		TEST_EQ_INT(st.bytes_sparse, 2 * ((uint64_t)(k + 1) * (sizeof(double) + sizeof(float)) + 16));
+		mfs_shard_ref_free(r);
+		mfs_model_free(m);
+	}
+}
+
+/* A row every shard moves by far (a hot row: 300 ratings of one item per shard per publish,
+ * all 5.0, publish every batch, lag 1): merged by SUM, each receiver adds the other's whole
+ * move to its own (overshoot), its own steps pull it back, and that move is added next (it
+ * swings: measured, the bias ends at 0.0 after 4 batches where one shard reaches 1.96);
+ * BLEND lands every replica within 0.1 of one shard's bias on all the ratings. */
+static void test_hosts_hot_row(void)
+{
+	const int k = 4;
+	const uint32_t S = 2, nu = 600;
+	uint32_t u[600], i[600];
+	float x[600];
+	for (uint32_t j = 0; j < nu; j++)
+		u[j] = j, i[j] = 0, x[j] = 5.0f;
+	const mfs_batch_t b = {u, i, x, nu};
+	float bias[2][2]; /* [combine][shard] */
+	for (int c = 0; c < 2; c++) {
+		mfs_model_t *m = mk_model(k, nu, 1, 3.0, 33);
+		mfs_shard_ref_t *r = open_hosts(m, S, nu, 1, 1, c ? MFS_SHARD_BLEND : MFS_SHARD_SUM);
+		mfs_hparams_t hp = hp_at(0.05f);
+		TEST_OK(mfs_shard_ref_set_hparams(r, &hp));
+		for (int n = 0; n < 4; n++)
+			TEST_OK(mfs_shard_ref_sgd(r, &b));
+		for (uint32_t s = 0; s < S; s++) {
+			const float *bi = NULL;
+			mfs_shard_ref_items(r, s, &bi);
+			bias[c][s] = bi[0];
+		}
+		mfs_shard_ref_free(r);
+		mfs_model_free(m);
+	}
+	/* one shard on the same ratings */
+	mfs_model_t *m = mk_model(k, nu, 1, 3.0, 33);
+	mfs_shard_ref_t *r = open_hosts(m, 1, nu, 1, 1, MFS_SHARD_BLEND);
+	mfs_hparams_t hp = hp_at(0.05f);
+	TEST_OK(mfs_shard_ref_set_hparams(r, &hp));
+	for (int n = 0; n < 4; n++)
+		TEST_OK(mfs_shard_ref_sgd(r, &b));
+	const float *bi1 = NULL;
+	mfs_shard_ref_items(r, 0, &bi1);
+	const double one = bi1[0];
+	fprintf(stderr, "  hot row bias: one shard %.4f; SUM %.4f %.4f; BLEND %.4f %.4f\n", one, bias[0][0], bias[0][1],
+	        bias[1][0], bias[1][1]);
+	for (uint32_t s = 0; s < S; s++) {
+		TEST_ASSERT_MSG(fabs(bias[1][s] - one) < 0.1, "BLEND shard %u: %.4f vs %.4f", s, bias[1][s], one);
+		TEST_ASSERT_MSG(fabs(bias[0][s] - one) > 0.5, "SUM shard %u did not swing: %.4f vs %.4f", s, bias[0][s], one);
+	}
+	mfs_shard_ref_free(r);
+	mfs_model_free(m);
+}
+
+static double train_hosts(const struct planted *pl, uint32_t S, uint32_t every, uint32_t lag, int epochs)
+{
+	mfs_model_t *m = mk_model(16, pl->nu, pl->ni, pl->mean, 10);
+	mfs_shard_ref_t *r = open_hosts(m, S, 5000, every, lag, MFS_SHARD_BLEND);
+	mfs_batch_t tb = train_of(pl), vb = test_of(pl);
+	mfs_loss_t l = {.rmse = NAN};
+	TEST_OK(mfs_shard_ref_load(r, &tb));
+	for (int ep = 0; ep < epochs; ep++) {
+		mfs_hparams_t hp = hp_at(lr_of(ep));
+		TEST_OK(mfs_shard_ref_set_hparams(r, &hp));
+		TEST_OK(mfs_shard_ref_epoch(r));
+	}
+	TEST_OK(mfs_shard_ref_loss(r, &vb, &l));
+	mfs_shard_ref_free(r);
+	mfs_model_free(m);
+	return l.rmse;
+}
+
+/* Hosts with BLEND, 2 and 4 shards, publishing every batch of 5000 and every 4, received 8
+ * batches late: within 2 % of one shard's test RMSE on uniform and on Zipf 1.2 items. */
+static void test_hosts_accuracy(void)
+{
+	const double zipf[2] = {0, 1.2};
+	for (int z = 0; z < 2; z++) {
+		struct planted pl;
+		planted_zipf(&pl, 3000, 1500, 300000, 20000, zipf[z], 25 + 3 * (uint64_t)z);
+		const int epochs = 15;
+		const double base = train_ref(&pl, 1, MFS_SHARD_ALLREDUCE, 1, MFS_SHARD_SUM, epochs);
+		TEST_ASSERT_MSG(base < 0.40, "one shard did not learn: %.5f", base);
+		for (uint32_t S = 2; S <= 4; S += 2)
+			for (uint32_t every = 1; every <= 4; every += 3) {
+				const double h = train_hosts(&pl, S, every, 8, epochs);
+				fprintf(stderr, "  zipf %.1f: S=1 %.5f; hosts S=%u every %u lag 8: %.5f (%+.2f %%)\n", zipf[z], base, S,
+				        every, h, 100 * (h - base) / base);
+				TEST_ASSERT_MSG(fabs(h - base) <= 0.02 * base, "zipf %.1f hosts S=%u every %u: %.5f vs %.5f", zipf[z],
+				                S, every, h, base);
+			}
+		planted_free(&pl);
+	}
+}
+
+/* Threads change no bit: 4 shards on 1 and on 3 threads, every scheme (hosts: every replica). */
 static void test_threads_same_bits(void)
 {
 	struct planted pl;
 	planted_make(&pl, 600, 250, 30000, 0, 26);
 	mfs_batch_t tb = train_of(&pl);
-	for (int scheme = MFS_SHARD_ALLREDUCE; scheme <= MFS_SHARD_ROTATE; scheme++) {
+	for (int scheme = MFS_SHARD_ALLREDUCE; scheme <= MFS_SHARD_HOSTS; scheme++) {
 		mfs_model_t *m1 = mk_model(16, pl.nu, pl.ni, pl.mean, 11), *m3 = mk_model(16, pl.nu, pl.ni, pl.mean, 11);
-		mfs_shard_ref_t *r1 = open_ref(m1, 4, scheme, 700, 2, 1), *r3 = open_ref(m3, 4, scheme, 700, 2, 3);
+		const int c = scheme == MFS_SHARD_HOSTS ? MFS_SHARD_BLEND : MFS_SHARD_SUM;
+		mfs_shard_ref_t *r1 = open_refc(m1, 4, scheme, 700, 2, c, 1), *r3 = open_refc(m3, 4, scheme, 700, 2, c, 3);
 		TEST_OK(mfs_shard_ref_load(r1, &tb));
 		TEST_OK(mfs_shard_ref_load(r3, &tb));
 		for (int ep = 0; ep < 3; ep++) {
@@ -592,6 +754,11 @@ static void test_threads_same_bits(void)
 			TEST_OK(mfs_shard_ref_epoch(r3));
 		}
 		TEST_ASSERT_MSG(same_bits(m1, m3), "scheme %d: threads changed the result", scheme);
+		for (uint32_t sh = 0; scheme == MFS_SHARD_HOSTS && sh < 4; sh++) {
+			const float *b1, *b3, *q1 = mfs_shard_ref_items(r1, sh, &b1), *q3 = mfs_shard_ref_items(r3, sh, &b3);
+			TEST_ASSERT_MSG(!memcmp(q1, q3, (size_t)pl.ni * 16 * sizeof *q1) && !memcmp(b1, b3, pl.ni * sizeof *b1),
+			                "hosts: shard %u's replica differs with threads", sh);
+		}
 		mfs_shard_ref_free(r1);
 		mfs_shard_ref_free(r3);
 		mfs_model_free(m1);
@@ -652,7 +819,10 @@ static void test_validation(void)
 	TEST_EQ_INT(mfs_shard_ref_init(&c, m, &r, err, sizeof err), MFS_EINVAL);
 	c.batch = 10, c.combine = 9;
 	TEST_EQ_INT(mfs_shard_ref_init(&c, m, &r, err, sizeof err), MFS_EINVAL);
-	c.combine = MFS_SHARD_MEAN;
+	c.combine = MFS_SHARD_MEAN, c.scheme = MFS_SHARD_HOSTS; /* hosts merge by SUM or BLEND */
+	TEST_EQ_INT(mfs_shard_ref_init(&c, m, &r, err, sizeof err), MFS_EINVAL);
+	TEST_ASSERT(strstr(err, "hosts") != NULL);
+	c.scheme = MFS_SHARD_ALLREDUCE;
 	TEST_OK(mfs_shard_ref_init(&c, m, &r, err, sizeof err));
 	TEST_EQ_INT(mfs_shard_ref_epoch(r), MFS_EINVAL); /* nothing loaded */
 	mfs_hparams_t bad = hp_at(-1.0f);
@@ -685,6 +855,9 @@ int main(void)
 	TEST_RUN(test_rotation_ownership);
 	TEST_RUN(test_accuracy_vs_one_shard);
 	TEST_RUN(test_accuracy_skewed);
+	TEST_RUN(test_hosts_lag);
+	TEST_RUN(test_hosts_hot_row);
+	TEST_RUN(test_hosts_accuracy);
 	TEST_RUN(test_threads_same_bits);
 	TEST_RUN(test_loss_sum);
 	TEST_RUN(test_validation);
