@@ -108,4 +108,19 @@ static inline double mfs_shard_blend_log(double g)
 static inline double mfs_shard_blend_weight(double n, double l) { return n / -expm1(n * l); }
 static inline double mfs_shard_blend_scale(double N, double l) { return -expm1(N * l) / N; }
 
+/** The hosts' merge (MFS_SHARD_HOSTS with BLEND) of one value: the receiver holds cur, n_own of
+ *  its ratings of the row the sender had not seen; the sender's contribution grew by d over n
+ *  ratings (n > 0) and its value is v. With a = (1 - g)^n its target is t = v + d a / (1 - a);
+ *  mixed with the receiver's by count, m = (n_own cur + n t) / (n_own + n), both sets of steps
+ *  give m + (cur - m) (1 - g)^(n_own + n). l = log(1 - g) (mfs_shard_blend_log); l = 0 (steps
+ *  that do not pull) adds d. gpu/cpu/shard_ref.c ("Hosts") says why. */
+static inline double mfs_shard_hosts_merge(double cur, double d, double v, double n, double n_own, double l)
+{
+	if (l == 0)
+		return cur + d;
+	const double a = exp(n * l), t = v + a / -expm1(n * l) * d;
+	const double w = n_own / (n_own + n), m = w * cur + (1 - w) * t;
+	return m + (cur - m) * exp((n_own + n) * l);
+}
+
 #endif

@@ -41,18 +41,18 @@
  *     own     its cumulative contribution, the sum of its published moves (double), and own_n
  *             the ratings behind them
  *     got[g]  the cumulative contribution of shard g it has merged, and got_n[g]
- *     old_n   own_n as of its publish exchange_every batches before the newest one the
- *             others have received
  * Every exchange_every batches each shard publishes its touched rows: own += q - ref,
- * own_n += its ratings of the row, ref = q; the message (row, own_n, own, and the value q)
- * is delivered to the others lag batches later. A receiver takes, per row and sender in
+ * own_n += its ratings of the row, ref = q; the message (row, own_n, own, the value q, and
+ * got_n[g] for every other shard g: what it had merged of theirs) is delivered to the others
+ * lag batches later. A receiver takes, per row and sender in
  * publish order, the difference d = own_g - got[g] (n ratings) and
  *     SUM:   q += d
  *     BLEND: n virtual ratings towards the sender's target. With a = (1 - g)^n (g as in
  *            gpu/shard.h), the sender's n steps moved it d and left a of its distance, so its
  *            target is t = v + d a / (1 - a) (v the value it sent). The receiver's own n_r
- *            ratings of the row the sender had not seen (own_n - old_n) pulled it to its
- *            current q, a_r = (1 - g)^n_r; interleaved, both sets of steps end near the
+ *            ratings of the row the sender had not merged (its own_n + unpublished, less the
+ *            got_n the message carries for it) pulled it to its current q, a_r = (1 - g)^n_r;
+ *            interleaved, both sets of steps end near the
  *            count-weighted mean m = (n_r q + n t) / (n_r + n):
  *                q = m + (q - m) a_r a
  *            A cold row (n g, n_r g small) gets q + d (the sum: the moves add); a hot row the
@@ -88,12 +88,12 @@
 struct hmsg {
 	uint64_t at;
 	uint32_t from;
-	int delivered; /* to the others */
 	size_t n;
 	uint32_t *rows;
 	uint64_t *own_n;
 	double *own; /* n x (k + 1) */
 	float *val;  /* n x (k + 1): the sender's value of the row at the publish */
+	uint64_t *seen; /* n x S: of each shard's ratings of the row, how many the sender had merged */
 };
 
 struct shard {
@@ -112,7 +112,6 @@ struct shard {
 	uint64_t sh_violations; /* this round */
 	/* hosts (DESIGN): (k + 1) values a row, bias first */
 	uint32_t *sh_tlist;     /* the rows touched since the last publish, first-touch order */
-	uint64_t *sh_old_n;     /* own_n as of the publish exchange_every + lag batches ago */
 	float *sh_ref;
 	double *sh_own;
 	uint64_t *sh_own_n;
@@ -239,7 +238,6 @@ void mfs_shard_ref_free(mfs_shard_ref_t *r)
 		free(sh->sh_touched);
 		free(sh->sh_rt);
 		free(sh->sh_tlist);
-		free(sh->sh_old_n);
 		free(sh->sh_ref);
 		free(sh->sh_own);
 		free(sh->sh_own_n);
@@ -253,6 +251,7 @@ void mfs_shard_ref_free(mfs_shard_ref_t *r)
 		free(r->sr_q[x].own_n);
 		free(r->sr_q[x].own);
 		free(r->sr_q[x].val);
+		free(r->sr_q[x].seen);
 	}
 	free(r->sr_q);
 	free(r->sr_sh);
@@ -322,11 +321,10 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 		for (uint32_t s = 0; s < S; s++) {
 			struct shard *sh = &r->sr_sh[s];
 			sh->sh_tlist = malloc(ni * sizeof *sh->sh_tlist);
-			sh->sh_old_n = calloc(ni, sizeof *sh->sh_old_n);
 			sh->sh_ref = malloc(ni * kv * sizeof *sh->sh_ref);
 			sh->sh_own = calloc(ni * kv, sizeof *sh->sh_own);
 			sh->sh_own_n = calloc(ni, sizeof *sh->sh_own_n);
-			if (!sh->sh_tlist || !sh->sh_old_n || !sh->sh_ref || !sh->sh_own || !sh->sh_own_n)
+			if (!sh->sh_tlist || !sh->sh_ref || !sh->sh_own || !sh->sh_own_n)
 				goto nomem;
 			for (uint32_t i = 0; i < r->sr_ni; i++) {
 				sh->sh_ref[i * kv] = m->bi[i];
@@ -480,14 +478,16 @@ static int hosts_publish(mfs_shard_ref_t *r, uint32_t s)
 		r->sr_capq = cap;
 	}
 	struct hmsg *msg = &r->sr_q[r->sr_nq];
-	*msg = (struct hmsg){r->sr_round + r->sr_c.lag, s, 0, n, malloc(n * sizeof(uint32_t)),
+	const uint32_t S = r->sr_c.shards;
+	*msg = (struct hmsg){r->sr_round + r->sr_c.lag, s, n, malloc(n * sizeof(uint32_t)),
 	                     malloc(n * sizeof(uint64_t)), malloc(n * kv * sizeof(double)),
-	                     malloc(n * kv * sizeof(float))};
-	if (!msg->rows || !msg->own_n || !msg->own || !msg->val) {
+	                     malloc(n * kv * sizeof(float)), calloc(n * S, sizeof(uint64_t))};
+	if (!msg->rows || !msg->own_n || !msg->own || !msg->val || !msg->seen) {
 		free(msg->rows);
 		free(msg->own_n);
 		free(msg->own);
 		free(msg->val);
+		free(msg->seen);
 		return ENOMEM;
 	}
 	for (size_t x = 0; x < n; x++) {
@@ -507,13 +507,16 @@ static int hosts_publish(mfs_shard_ref_t *r, uint32_t s)
 		msg->own_n[x] = sh->sh_own_n[i];
 		memcpy(msg->own + x * kv, own, kv * sizeof *own);
 		memcpy(msg->val + x * kv, ref, kv * sizeof *ref);
+		for (uint32_t g = 0; g < S; g++)
+			if (g != s)
+				msg->seen[x * S + g] = sh->sh_got_n[g][i];
 	}
 	sh->sh_ntouched = 0;
 	r->sr_nq++;
 	r->sr_st.rows_exchanged += n;
 	/* per row: id, count, the contribution (doubles) and the value (floats), to each other shard */
-	r->sr_st.bytes_sparse +=
-	        (uint64_t)n * (r->sr_c.shards - 1) * (kv * (sizeof(double) + sizeof(float)) + 2 * sizeof(uint64_t));
+	r->sr_st.bytes_sparse += (uint64_t)n * (S - 1) *
+	                         (kv * (sizeof(double) + sizeof(float)) + (S + 1) * sizeof(uint64_t));
 	return 0;
 }
 
@@ -555,25 +558,14 @@ static void hosts_merge(mfs_shard_ref_t *r, uint32_t h, const struct hmsg *q, si
 			got_n[i] = msg->own_n[x];
 			if (n == 0)
 				continue;
-			/* a = (1 - g)^n, the part of the distance to the target n steps leave */
-			const double ab = exp(n * lb), aq = exp(n * lq);
-			const double nr = (double)(sh->sh_own_n[i] + sh->sh_touched[i] - sh->sh_old_n[i]);
-			const double arb = exp(nr * lb), arq = exp(nr * lq), wr = nr / (nr + n);
-			const double rb = ab / -expm1(n * lb), rq = aq / -expm1(n * lq); /* a / (1 - a) */
+			const uint64_t seen = msg->seen[x * r->sr_c.shards + h], mine = sh->sh_own_n[i] + sh->sh_touched[i];
+			const double nr = mine > seen ? (double)(mine - seen) : 0;
 			float *qv = sh->sh_Q + i * ks, *ref = sh->sh_ref + i * kv;
 			for (size_t f = 0; f < kv; f++) {
 				float *v = f ? &qv[f - 1] : &sh->sh_bi[i];
 				const double d = own[f] - g[f], cur = *v;
 				g[f] = own[f];
-				double next;
-				if (!blend || (f ? lq : lb) == 0) { /* g = 0: steps that do not pull add up */
-					next = cur + d;
-				} else {
-					/* the sender's target: its value plus what its n steps left of the way */
-					const double t = (double)val[f] + (f ? rq : rb) * d;
-					const double tm = wr * cur + (1 - wr) * t;
-					next = tm + (cur - tm) * (f ? aq * arq : ab * arb);
-				}
+				const double next = blend ? mfs_shard_hosts_merge(cur, d, (double)val[f], n, nr, f ? lq : lb) : cur + d;
 				*v = (float)next;
 				ref[f] = (float)((double)ref[f] + ((double)*v - cur));
 			}
@@ -581,35 +573,25 @@ static void hosts_merge(mfs_shard_ref_t *r, uint32_t h, const struct hmsg *q, si
 	}
 }
 
-/* Deliver what is due by now (flush: everything): a message goes to the other shards at its
- * `at`; back to its sender at at + exchange_every, when it leaves the queue (old_n). */
+/* Deliver the messages due by now (flush: all of them); they leave the queue. */
 static void hosts_deliver(mfs_shard_ref_t *r, int flush)
 {
-	size_t first = 0, due, gone = 0;
-	while (first < r->sr_nq && r->sr_q[first].delivered)
-		first++;
-	due = first;
+	size_t due = 0;
 	while (due < r->sr_nq && (flush || r->sr_q[due].at <= r->sr_round))
 		due++;
-	if (due > first)
-		for (uint32_t h = 0; h < r->sr_c.shards; h++)
-			hosts_merge(r, h, r->sr_q + first, due - first);
-	for (size_t x = first; x < due; x++)
-		r->sr_q[x].delivered = 1;
-	while (gone < r->sr_nq && r->sr_q[gone].delivered &&
-	       (flush || r->sr_q[gone].at + r->sr_c.exchange_every <= r->sr_round))
-		gone++;
-	for (size_t x = 0; x < gone; x++) {
-		struct hmsg *msg = &r->sr_q[x];
-		for (size_t j = 0; j < msg->n; j++)
-			r->sr_sh[msg->from].sh_old_n[msg->rows[j]] = msg->own_n[j];
-		free(msg->rows);
-		free(msg->own_n);
-		free(msg->own);
-		free(msg->val);
+	if (!due)
+		return;
+	for (uint32_t h = 0; h < r->sr_c.shards; h++)
+		hosts_merge(r, h, r->sr_q, due);
+	for (size_t x = 0; x < due; x++) {
+		free(r->sr_q[x].rows);
+		free(r->sr_q[x].own_n);
+		free(r->sr_q[x].own);
+		free(r->sr_q[x].val);
+		free(r->sr_q[x].seen);
 	}
-	memmove(r->sr_q, r->sr_q + gone, (r->sr_nq - gone) * sizeof *r->sr_q);
-	r->sr_nq -= gone;
+	memmove(r->sr_q, r->sr_q + due, (r->sr_nq - due) * sizeof *r->sr_q);
+	r->sr_nq -= due;
 }
 
 /* After a batch: publish when due, then deliver what is due. */

@@ -83,7 +83,8 @@ typedef struct mfs_shard_stats {
 	uint64_t bytes_sparse;     /* allreduce: an all-gather of each shard's touched rows (row number
 	                              + values) to every other shard; rotation: the item blocks handed on;
 	                              hosts: the published rows (id, count, k + 1 doubles of contribution,
-	                              k + 1 floats of value) as every other shard receives them */
+	                              k + 1 floats of value, S - 1 counts merged) as every other shard
+	                              receives them */
 	uint64_t rounds;           /* batches (allreduce) or sub-epochs (rotation) */
 	uint64_t ratings;          /* ratings worked, all shards */
 	uint64_t ratings_max_sum;  /* per round, the busiest shard's ratings, summed: with a barrier
