@@ -82,7 +82,7 @@ if(MFS_HAVE_MHD)
   target_compile_definitions(mfs_ops PUBLIC MFS_HAVE_MHD=1)
 endif()
 mfs_stage(NAME serve FOLDERS serve snapshots gpu ingest model_store config ops common
-  SOURCES serve/batcher.c serve/consumer.c serve/latency.c serve/learner.c serve/meta.c
+  SOURCES serve/batcher.c serve/consumer.c serve/exchange.c serve/latency.c serve/learner.c serve/meta.c
     serve/prequential.c serve/replay.c serve/publisher.c serve/rows.c serve/serve.c serve/stage_conf.c serve/window.c
   LINK mfs_snapshots mfs_gpu mfs_ingest mfs_ops mfs_config mfs_model_store mfs_common)
 

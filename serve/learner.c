@@ -41,6 +41,7 @@
 #include "gpu/engine.h"
 #include "gpu/lr.h"
 #include "model_store/life.h"
+#include "serve/exchange.h"
 #include "serve/latency.h"
 #include "serve/meta.h"
 #include "serve/prequential.h"
@@ -133,6 +134,11 @@ struct mfs_learner {
 	double st_next_s; /* next stats_update while idle */
 	double log_ph[MFS_LPH__COUNT]; /* ph at the last progress log */
 	uint64_t resets, resets_drained; /* batches whose reused rows the engine reset; of them, after a drain */
+	/* exchange.topic: item rows shared with the other services (serve/exchange.h); opened on
+	 * this thread after the engine */
+	char *xch_brokers;
+	mfs_exchange_t *xch;
+	double xch_next_s; /* idle: merge arrivals this often */
 };
 
 static const char *const phase_names[MFS_LPH__COUNT] = {"wait",   "rows",   "grow",      "score",    "submit",
@@ -443,7 +449,9 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		mfs_snap_rated_add_start(l->rated, l->m, l->rows.u, l->rows.i, b->n, l->rows.par);
 		l->rated_pending = 1;
 		l->seen_s += mfs_now_s() - t0;
-	} else if (l->c->serve_rows_ahead) { /* the next batch's lookups on the pool while this thread scores and submits (rows.h) */
+	} else if (l->c->serve_rows_ahead && !l->xch) { /* the next batch's lookups on the pool while this thread
+	                                                   * scores and submits (rows.h); not with exchange.topic,
+	                                                   * whose merge may add item rows before the next batch */
 		mfs_ebatch_t *next = mfs_batchq_peek(l->queue);
 		if (next)
 			mfs_rows_ahead(&l->rows, next);
@@ -470,6 +478,8 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 	l->meta.digest += b->digest;
 	if (nt && ((rc = mfs_engine_sgd(l->e, &bt)) || (rc = stamps_given(l))))
 		return mfs_errf(l->err, sizeof l->err, rc, "engine sgd: %s", mfs_strerror(rc));
+	if (l->xch && nt && (rc = mfs_exchange_note(l->xch, bt.u, bt.i, nt)))
+		return mfs_errf(l->err, sizeof l->err, rc, "exchange: %s", mfs_strerror(rc));
 	ph_mark(l, MFS_LPH_SUBMIT);
 	if ((rc = mfs_window_add(&l->win, &bt)) || (rc = mfs_window_add(&l->hwin, &bh)))
 		return mfs_errf(l->err, sizeof l->err, rc, "out of memory");
@@ -509,6 +519,26 @@ static int apply(mfs_learner_t *l, mfs_ebatch_t *b)
 		mfs_sleep_ms(l->c->test_apply_delay_ms);
 		ph_mark(l, MFS_LPH_OTHER);
 	}
+	return 0;
+}
+
+/* exchange.topic: after a batch (batch = 1: publish when due) or while idle, merge what the
+ * other services published (serve/exchange.h). */
+static int exchange_step(mfs_learner_t *l, int batch)
+{
+	if (!l->xch)
+		return 0;
+	mfs_hparams_t hp;
+	mfs_exchange_stats_t a, b;
+	mfs_hparams_from(l->c, l->lrc.lr, &hp);
+	mfs_exchange_get_stats(l->xch, &a);
+	int rc = mfs_exchange_step(l->xch, l->e, &hp, &l->rows.ti, batch);
+	l->xch_next_s = mfs_now_s() + 0.1;
+	if (rc)
+		return mfs_errf(l->err, sizeof l->err, rc, "exchange: %s", mfs_strerror(rc));
+	mfs_exchange_get_stats(l->xch, &b);
+	if (b.merged_rows != a.merged_rows || b.items_added != a.items_added)
+		l->dirty = 1; /* merged rows are in the next snapshot */
 	return 0;
 }
 
@@ -852,7 +882,7 @@ static int run(mfs_learner_t *l)
 			rc = apply(l, b);
 			mfs_rows_ahead_cancel(&l->rows, b); /* (an error before its rows: lookups of it may still run) */
 			mfs_batchq_release(l->queue, b);
-			if (rc)
+			if (rc || (rc = exchange_step(l, 1)))
 				return rc;
 			if (barrier) {
 				rc = snapshot(l, barrier == MFS_EBATCH_FINAL ? "shutdown" : "revoke", 1);
@@ -868,6 +898,8 @@ static int run(mfs_learner_t *l)
 			}
 		}
 		now = mfs_now_s();
+		if (!b && l->xch && now >= l->xch_next_s && (rc = exchange_step(l, 0))) /* idle: merge what arrived */
+			return rc;
 		if (now >= next_pass) {
 			if (l->c->serve_window > 0 && (rc = full_pass(l)))
 				return rc;
@@ -926,6 +958,9 @@ static void *thread_main(void *arg)
 		l->grown_items = l->m->n_items;
 		if (!rc)
 			rc = set_lr(l);
+		if (!rc && *l->c->exchange_topic &&
+		    (rc = mfs_exchange_open(l->c, l->xch_brokers, l->m, &l->xch, e, sizeof e)))
+			mfs_errf(l->err, sizeof l->err, rc, "%s", e);
 	} else {
 		mfs_errf(l->err, sizeof l->err, rc, "%s", e);
 	}
@@ -978,6 +1013,16 @@ static void *thread_main(void *arg)
 	         l->m->events_applied, l->meta.held_out, l->meta.replayed, l->messages, l->snapshots, l->snap_deferred,
 	         mfs_hist_quantile(&l->snap_lat, 0.5), mfs_hist_quantile(&l->snap_lat, 0.99), l->snap_lat.n,
 	         mfs_hist_quantile(&l->apl_lat, 0.5), mfs_hist_quantile(&l->apl_lat, 0.99), l->rows.ahead_used, ph);
+	if (l->xch) {
+		mfs_exchange_stats_t xs;
+		mfs_exchange_get_stats(l->xch, &xs);
+		mfs_info("serve", "msg=\"exchange done\" published_rows=%" PRIu64 " received_rows=%" PRIu64
+		         " merged_rows=%" PRIu64 " items_added=%" PRIu64 " bad_messages=%" PRIu64 " produce_errors=%" PRIu64,
+		         xs.published_rows, xs.received_rows, xs.merged_rows, xs.items_added, xs.bad_messages,
+		         xs.produce_errors);
+		mfs_exchange_close(l->xch); /* delivers what was published */
+		l->xch = NULL;
+	}
 	l->thread_rc = rc;
 	return NULL;
 }
@@ -1092,6 +1137,13 @@ fail:
 	return rc;
 }
 
+int mfs_learner_set_brokers(mfs_learner_t *l, const char *brokers)
+{
+	free(l->xch_brokers);
+	l->xch_brokers = brokers ? strdup(brokers) : NULL;
+	return brokers && !l->xch_brokers ? ENOMEM : 0;
+}
+
 void mfs_learner_set_metrics(mfs_learner_t *l, mfs_catalog_t *cat)
 {
 	l->cat = cat;
@@ -1166,6 +1218,8 @@ void mfs_learner_close(mfs_learner_t *l)
 		pthread_join(l->thread, NULL);
 	}
 	mfs_publisher_close(l->pub); /* before the engine: a job in flight waits on its capture */
+	mfs_exchange_close(l->xch); /* (the thread closes it; not when it never ran) */
+	free(l->xch_brokers);
 	mfs_engine_close(l->e);
 	mfs_model_free(l->m);
 	mfs_snap_loaded_free(&l->loaded);

@@ -98,6 +98,9 @@ const mfs_snap_loaded_t *mfs_learner_loaded(const mfs_learner_t *l);
 /** Metrics (optional, before mfs_learner_start): snapshot duration and message -> snapshot
  *  latency are observed into cat's histograms as they happen. */
 void mfs_learner_set_metrics(mfs_learner_t *l, mfs_catalog_t *cat);
+/** The bootstrap servers of exchange.topic's producer and reader (NULL: kafka.bootstrap.servers),
+ *  before mfs_learner_start. @return 0 or ENOMEM. */
+int mfs_learner_set_brokers(mfs_learner_t *l, const char *brokers);
 /** Open the engine on the learner thread and start it. commit (may be NULL) receives the
  *  offsets of every published snapshot. @return 0, or the engine's error. */
 int mfs_learner_start(mfs_learner_t *l, mfs_commit_fn commit, void *commit_ctx, char *errstr, size_t errstr_size);

@@ -184,6 +184,10 @@ int mfs_serve_run(const mfs_conf_t *c, const mfs_serve_opts_t *o, volatile sig_a
 	if ((rc = mfs_consumer_open(c, &co, &cons, errstr, es)))
 		goto out;
 	mfs_learner_set_metrics(s.l, &s.cat);
+	if ((rc = mfs_learner_set_brokers(s.l, o->brokers))) {
+		mfs_errf(errstr, es, rc, "out of memory");
+		goto out;
+	}
 	if ((rc = mfs_learner_start(s.l, mfs_consumer_commit, cons, errstr, es)))
 		goto out;
 	mfs_catalog_set_build_info(&s.cat, NULL, mfs_learner_engine_name(s.l));
