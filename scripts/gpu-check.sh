@@ -66,7 +66,8 @@ tests)
 	step test_cuda_parity 120 "$build/tests/test_cuda_parity"
 	step test_cuda_first_launch 150 "$build/tests/test_cuda_first_launch"
 	for t in test_serve_mock test_serve_kill9 test_serve_backpressure test_serve_reader test_serve_faults \
-		test_serve_rebalance_paused test_serve_exit_at_end test_serve_slow_writer test_serve_kill9_evict test_serve_delete; do
+		test_serve_rebalance_paused test_serve_exit_at_end test_serve_slow_writer test_serve_kill9_evict test_serve_delete \
+		test_serve_exchange; do
 		mkdir -p "$out/tmp/$t"
 		# (200 s: test_serve_rebalance_paused takes ~105 s on the VM, most of it the group's rejoins)
 		step "cuda-$t" 200 env MFS_TEST_ENGINE=cuda MFS_BIN="$build/mfstream" TMPDIR="$out/tmp/$t" "$build/tests/$t"
