@@ -215,6 +215,15 @@ static void stats_update(mfs_learner_t *l)
 		s.rows_step_s[MFS_LRS_LOOKUP + x] = l->rows.step_s[x];
 	s.rows_step_s[MFS_LRS_SEEN_ITEMS] = l->seen_s;
 	s.rows_ahead_batches = l->rows.ahead_used;
+	if (l->xch) {
+		mfs_exchange_stats_t xs;
+		mfs_exchange_get_stats(l->xch, &xs);
+		s.xch_published_rows = xs.published_rows;
+		s.xch_merged_rows = xs.merged_rows;
+		s.xch_items_added = xs.items_added;
+		s.xch_bad_messages = xs.bad_messages;
+		s.xch_produce_errors = xs.produce_errors;
+	}
 	double now = mfs_now_s();
 	l->st_next_s = now + 0.5;
 	if (now >= l->mem_next_s) { /* device memory: a driver call, so at most twice a second */

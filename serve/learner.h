@@ -81,6 +81,8 @@ typedef struct mfs_learner_stats {
 	double phase_s[MFS_LPH__COUNT]; /* learner thread seconds per phase since start */
 	double rows_step_s[MFS_LRS__COUNT]; /* of phase_s[MFS_LPH_ROWS], seconds per part */
 	uint64_t rows_ahead_batches;        /* batches looked up ahead (serve/rows.h mfs_rows_ahead) */
+	uint64_t xch_published_rows, xch_merged_rows, xch_items_added, xch_bad_messages,
+	        xch_produce_errors;         /* exchange.topic (serve/exchange.h) */
 } mfs_learner_stats_t;
 
 /** Commits offsets a published snapshot stores to the broker (lag monitoring only: recovery

@@ -72,6 +72,11 @@ static void scrape_hook(mfs_metrics_t *r, void *ctx)
 	for (int j = 0; j < MFS_LRS__COUNT && j < MFS_CAT_FIXED_MAX; j++)
 		mfs_gauge_set(c->learner_rows_seconds_at[j], st.rows_step_s[j]);
 	mfs_counter_set(c->learner_rows_ahead_batches, st.rows_ahead_batches);
+	mfs_counter_set(c->exchange_published_rows, st.xch_published_rows);
+	mfs_counter_set(c->exchange_merged_rows, st.xch_merged_rows);
+	mfs_counter_set(c->exchange_items_added, st.xch_items_added);
+	mfs_counter_set(c->exchange_bad_messages, st.xch_bad_messages);
+	mfs_counter_set(c->exchange_produce_errors, st.xch_produce_errors);
 	mfs_gauge_set(c->model_rows_at[MFS_CAT_USERS], st.live_users);
 	mfs_gauge_set(c->model_rows_at[MFS_CAT_ITEMS], st.live_items);
 	const int tab[2] = {MFS_CAT_USERS, MFS_CAT_ITEMS};

@@ -127,6 +127,17 @@ static void test_two_hosts(void)
 		mfs_sleep_ms(100);
 	TEST_ASSERT_MSG(both_merged(v.snap, snap_b), "the hosts did not take each other's contributions in (logs %s, %s)",
 	                v.log, log_b);
+	/* the metrics say what the final log lines say (b: the 20 items only a's users rated) */
+	static char body[1 << 20];
+	const int port_b = sh_logged_port(log_b);
+	const double t1 = mfs_now_s(); /* (the counters follow within half a second) */
+	while (port_b > 0 && sh_http_get(port_b, "/metrics", body, sizeof body) == 200 &&
+	       sh_metric(body, "mfstream_exchange_items_added_total") != 20 && mfs_now_s() - t1 < test_seconds(10))
+		mfs_sleep_ms(50);
+	TEST_ASSERT_MSG(port_b > 0 && sh_http_get(port_b, "/metrics", body, sizeof body) == 200, "b's /metrics");
+	TEST_ASSERT(sh_metric(body, "mfstream_exchange_items_added_total") == 20);
+	TEST_ASSERT(sh_metric(body, "mfstream_exchange_bad_messages_total") == 1);
+	TEST_ASSERT(sh_metric(body, "mfstream_exchange_merged_rows_total") >= 40);
 	TEST_ASSERT_MSG(sh_stop(pa, test_seconds(60)) == 0, "host a did not stop cleanly (log %s)", v.log);
 	TEST_ASSERT_MSG(sh_stop(pb, test_seconds(60)) == 0, "host b did not stop cleanly (log %s)", log_b);
 	const char *logs[2] = {v.log, log_b};
