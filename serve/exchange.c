@@ -27,6 +27,17 @@
  *                                              back after a restart: q' = q + d)
  * with g = lr (1 + lambda_bi) for the bias and lr (|p|^2 / k + lambda_q) for the factors
  * (|p|^2: the mean over the users of the batches since the last step). ref moves with q.
+ * Restart. At open the reader notes where each partition of the topic ends, and open returns
+ * once it has read to there (the learner's first batch waits; the ratings queue up behind).
+ * What it read is merged before the first batch (the learner steps once), with two
+ * differences: this host's own messages set own and own_n (what it had published; ref = the
+ * row's value now), so that its next publish continues its cumulative contribution rather than
+ * start again below what the others hold (they would take that as a restart and subtract);
+ * and, for a model loaded from a snapshot, the others' contributions to rows it holds only set
+ * got and got_n (the snapshot has them merged). What was published between the snapshot and
+ * the restart is therefore lost on this host (its own moves in that window are redone from
+ * the replayed ratings, the others' are not merged) until the next publish of each row: the
+ * topic's offsets are not in the snapshot yet.
  * An item this host has no row for gets one (every host holds the whole catalogue), starting
  * from its initial value and the sender's whole contribution. The merged rows are written to
  * the host model and handed to the engine with
@@ -48,6 +59,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "gpu/shard.h"
 #include "ingest/kafka_util.h"
 
@@ -57,6 +69,7 @@
 /* a decoded message */
 struct inmsg {
 	int self;             /* this host's own, read back */
+	int catchup;          /* on the topic before this host opened it (DESIGN, "Restart") */
 	int sender;           /* index into hosts (not self); -2: skipped by the merge */
 	uint32_t row;         /* the item's row here (merge) */
 	mfs_id_t id;          /* str points at idbuf */
@@ -82,6 +95,11 @@ struct mfs_exchange {
 	size_t nin, capin;
 	char hosts[MAX_HOSTS][HOST_MAX];
 	int nhosts;
+	/* catch-up: the topic's end per partition when this host opened it; the reader marks the
+	 * messages below it and counts the partitions it has read to there */
+	int64_t *catch_hi;
+	int parts, parts_left;
+	int loaded;           /* the model came from a snapshot (rows at open) */
 	/* ledger (learner's thread), capacity cap rows, ref set below init_to */
 	uint32_t cap, init_to;
 	float *ref;
@@ -280,14 +298,34 @@ static void *reader_main(void *arg)
 		if (!msg)
 			continue;
 		if (msg->err) {
-			if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) { /* (a compacted tail) */
+				pthread_mutex_lock(&x->mu);
+				if (msg->partition >= 0 && msg->partition < x->parts && x->catch_hi[msg->partition] > 0) {
+					x->catch_hi[msg->partition] = 0;
+					x->parts_left--;
+				}
+				pthread_mutex_unlock(&x->mu);
+			} else {
 				mfs_warn("exchange", "msg=\"topic read error\" error=\"%s\"", rd_kafka_message_errstr(msg));
+			}
 			rd_kafka_message_destroy(msg);
 			continue;
 		}
 		struct inmsg *im = unpack_msg(x, msg->payload, msg->len, host, sizeof host);
+		const int32_t part = msg->partition;
+		const int64_t off = msg->offset;
 		rd_kafka_message_destroy(msg);
 		pthread_mutex_lock(&x->mu);
+		int catchup = 0;
+		if (part >= 0 && part < x->parts && x->catch_hi[part] > 0) {
+			catchup = off < x->catch_hi[part];
+			if (off + 1 >= x->catch_hi[part]) { /* read to where it ended at open */
+				x->catch_hi[part] = 0;
+				x->parts_left--;
+			}
+		}
+		if (im)
+			im->catchup = catchup;
 		if (!im) {
 			if (x->st.bad_messages++ == 0)
 				mfs_warn("exchange", "msg=\"a message on the exchange topic is not an item contribution of k=%zu: "
@@ -432,7 +470,17 @@ static int merge(mfs_exchange_t *x, mfs_engine_t *e, const mfs_hparams_t *hp, mf
 	for (size_t j = 0; !rc && j < nin; j++) {
 		struct inmsg *im = in[j];
 		uint32_t i = mfs_idmap_find(x->m->items, &im->id);
-		if (i == MFS_ROW_NONE && !im->self) {
+		if (im->catchup && !im->self && x->loaded && i != MFS_ROW_NONE && i < x->cap) {
+			/* on the topic before this host opened it, for a row its snapshot holds: the
+			 * snapshot has it merged (up to the contributions after it: DESIGN, "Restart") */
+			if ((rc = ledger_sender(x, im->sender)))
+				break;
+			memcpy(x->got[im->sender] + (size_t)i * kv, im->c, kv * sizeof *im->c);
+			x->got_n[im->sender][i] = im->n;
+			im->sender = -2;
+			continue;
+		}
+		if (i == MFS_ROW_NONE && (!im->self || im->catchup)) {
 			/* an item this host's users have not rated yet: every host holds the whole
 			 * catalogue, so it gets its row now, with what the sender learned of it */
 			if ((rc = mfs_model_item_row(x->m, &im->id, &i)) || (rc = ledger_fit(x)))
@@ -443,13 +491,17 @@ static int merge(mfs_exchange_t *x, mfs_engine_t *e, const mfs_hparams_t *hp, mf
 			im->sender = -2; /* skip */
 			continue;
 		}
-		if (im->self) { /* its own, read back */
+		if (im->self && !im->catchup) { /* its own, read back */
 			im->sender = -2;
 			continue;
 		}
-		if ((rc = ledger_sender(x, im->sender)))
-			break;
-		x->st.received_rows++;
+		if (im->self) {
+			im->sender = -3; /* its own from before: its contribution so far (below) */
+		} else {
+			if ((rc = ledger_sender(x, im->sender)))
+				break;
+			x->st.received_rows++;
+		}
 		if (x->slot[i] == 0) { /* slot + 1, 0: not yet */
 			x->rows[nr] = i;
 			x->slot[i] = (uint32_t)++nr;
@@ -465,6 +517,13 @@ static int merge(mfs_exchange_t *x, mfs_engine_t *e, const mfs_hparams_t *hp, mf
 	const double lq = mfs_shard_blend_log((double)hp->lr * (p2 / (double)k + (double)hp->lambda_q));
 	for (size_t j = 0; !rc && j < nin; j++) {
 		struct inmsg *im = in[j];
+		if (im->sender == -3) { /* own = what it had published, the value as it is now */
+			const uint32_t i = im->row;
+			memcpy(x->own + (size_t)i * kv, im->c, kv * sizeof *im->c);
+			x->own_n[i] = im->n;
+			memcpy(x->ref + (size_t)i * kv, x->vals + (size_t)(x->slot[i] - 1) * kv, kv * sizeof *x->ref);
+			continue;
+		}
 		if (im->sender < 0)
 			continue;
 		const uint32_t i = im->row;
@@ -568,6 +627,7 @@ void mfs_exchange_close(mfs_exchange_t *x)
 		free(x->got[s]);
 		free(x->got_n[s]);
 	}
+	free(x->catch_hi);
 	free(x->rows);
 	free(x->slot);
 	free(x->vals);
@@ -616,12 +676,13 @@ int mfs_exchange_open(const mfs_conf_t *c, const char *brokers, mfs_model_t *m, 
 		goto fail;
 	}
 	/* the reader: every partition from its start, no group (nothing is committed) */
-	const char *const cdef[] = {"enable.partition.eof", "false", "fetch.wait.max.ms", "50", NULL};
+	const char *const cdef[] = {"fetch.wait.max.ms", "50", NULL};
 	if ((rc = mfs_kafka_conf_new_with(c, cdef, &kc, errstr, es)))
 		goto fail;
 	if ((brokers && *brokers && rd_kafka_conf_set(kc, "bootstrap.servers", brokers, e, sizeof e)) ||
 	    rd_kafka_conf_set(kc, "group.id", "mfstream-exchange", e, sizeof e) ||
-	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", e, sizeof e)) {
+	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", e, sizeof e) ||
+	    rd_kafka_conf_set(kc, "enable.partition.eof", "true", e, sizeof e)) {
 		rd_kafka_conf_destroy(kc);
 		rc = mfs_errf(errstr, es, MFS_ECONFIG, "exchange: %s", e);
 		goto fail;
@@ -647,6 +708,26 @@ int mfs_exchange_open(const mfs_conf_t *c, const char *brokers, mfs_model_t *m, 
 		              c->exchange_topic, ke ? rd_kafka_err2str(ke) : "no partitions");
 		goto fail;
 	}
+	/* catch-up: where each partition ends now (DESIGN, "Restart") */
+	x->loaded = m->n_items > 0;
+	x->parts = parts;
+	if (!(x->catch_hi = calloc((size_t)parts, sizeof *x->catch_hi))) {
+		rc = mfs_errf(errstr, es, ENOMEM, "exchange: out of memory");
+		goto fail;
+	}
+	for (int p = 0; p < parts; p++) {
+		int64_t lo = 0, hi = 0;
+		ke = rd_kafka_query_watermark_offsets(x->cons, c->exchange_topic, p, &lo, &hi, 30000);
+		if (ke) {
+			rc = mfs_errf(errstr, es, MFS_EKAFKA, "exchange: the end of %s [%d]: %s", c->exchange_topic, p,
+			              rd_kafka_err2str(ke));
+			goto fail;
+		}
+		if (hi > lo) {
+			x->catch_hi[p] = hi;
+			x->parts_left++;
+		}
+	}
 	rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new(parts);
 	for (int p = 0; p < parts; p++)
 		rd_kafka_topic_partition_list_add(pl, c->exchange_topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
@@ -665,6 +746,21 @@ int mfs_exchange_open(const mfs_conf_t *c, const char *brokers, mfs_model_t *m, 
 		goto fail;
 	}
 	x->th_started = 1;
+	/* read what the topic held at open before the first batch: this host's own contributions
+	 * so far, and the others' (merged, or for a loaded model taken as merged) */
+	for (double t0 = mfs_now_s(), next = t0 + 10;;) {
+		pthread_mutex_lock(&x->mu);
+		const int left = x->parts_left;
+		pthread_mutex_unlock(&x->mu);
+		if (!left)
+			break;
+		if (mfs_now_s() >= next) {
+			mfs_info("exchange", "msg=\"reading the exchange topic to its end before the first batch\" "
+			         "partitions_left=%d seconds=%.0f", left, mfs_now_s() - t0);
+			next += 10;
+		}
+		mfs_sleep_ms(10);
+	}
 	mfs_info("exchange", "msg=\"exchanging item rows\" topic=%s partitions=%d host=%s every_batches=%u",
 	         c->exchange_topic, parts, x->host, x->every);
 	*out = x;

@@ -22,8 +22,9 @@
  * (map: host (str) -> the ratings of that host's contribution to the row the sender had
  * merged, uint)]. docs/SCALE_OUT.md has it too.
  *
- * Not yet: the topic's offsets and the ledger in the snapshot (a restarted host reads the
- * topic from its start and takes every contribution as new), and rows freed by the id
+ * Open reads the topic to its end first (a restart: exchange.c, DESIGN). Not yet: the topic's
+ * offsets and the ledger in the snapshot (contributions published between a host's snapshot
+ * and its restart are lost on it until the row's next publish), and rows freed by the id
  * lifecycle keep their ledger. docs/SCALE_OUT.md says what the simulated run measured.
  */
 #ifndef MFS_EXCHANGE_H
@@ -48,7 +49,9 @@ typedef struct mfs_exchange_stats {
 	uint64_t produce_errors;  /* messages librdkafka failed to deliver */
 } mfs_exchange_stats_t;
 
-/** Open the exchange on exchange.topic (which must exist) with model m (kept).
+/** Open the exchange on exchange.topic (which must exist) with model m (kept, loaded from the
+ *  snapshot if there was one); returns once the reader has read the topic to where it ended
+ *  at the call (the next mfs_exchange_step takes that in: call it before the first batch).
  *  @return 0, MFS_EINVAL (no topic, or it does not exist), MFS_EKAFKA, ENOMEM. */
 int mfs_exchange_open(const mfs_conf_t *c, const char *brokers, mfs_model_t *m, mfs_exchange_t **out,
                       char *errstr, size_t errstr_size);

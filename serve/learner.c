@@ -970,6 +970,8 @@ static void *thread_main(void *arg)
 		if (!rc && *l->c->exchange_topic &&
 		    (rc = mfs_exchange_open(l->c, l->xch_brokers, l->m, &l->xch, e, sizeof e)))
 			mfs_errf(l->err, sizeof l->err, rc, "%s", e);
+		if (!rc && l->xch) /* what the topic held at open, before the first batch (exchange.c, "Restart") */
+			rc = exchange_step(l, 0);
 	} else {
 		mfs_errf(l->err, sizeof l->err, rc, "%s", e);
 	}

@@ -10,7 +10,8 @@
  * 20 %: 200 ratings each, merged as that many virtual ratings); on items 21..40, which both
  * rated, they agree, between b alone and a's ratings (where exactly depends on whether a took
  * b's contributions in before its own ratings: both orders happen, on the mock and the real
- * broker). The merge's arithmetic is the CPU reference's (gpu/shard.h mfs_shard_hosts_merge,
+ * broker). Then a restarts from its snapshot and no item moves (b's contributions, already in
+ * the snapshot, are not merged twice). The merge's arithmetic is the CPU reference's (gpu/shard.h mfs_shard_hosts_merge,
  * test_shard_ref). No timing: every wait is on a condition, with the suite's time scale.
  */
 #include "serve_help.h"
@@ -165,6 +166,29 @@ static void test_two_hosts(void)
 	fprintf(stderr, "  items 21..40, mean bias: b alone %.4f; after the exchange a %.4f, b %.4f\n", own0, ma, mb);
 	TEST_ASSERT_MSG(isfinite(ma) && isfinite(mb) && fabs(ma - mb) <= 0.25, "a %.4f, b %.4f", ma, mb);
 	TEST_ASSERT_MSG(own0 > 0.5 && mb < own0 - 0.5 && mb > -1.8, "b %.4f (alone %.4f)", mb, own0);
+
+	/* a restarts from its snapshot: it reads the topic to its end before its first batch, takes
+	 * its own contributions back and counts b's as merged (its snapshot has them): no item
+	 * moves (merging them again would count b's moves twice) */
+	double before[61];
+	for (uint64_t i = 1; i <= 60; i++)
+		before[i] = item_bias(v.snap, i);
+	const uint64_t seq_a = sh_read(v.snap).seq;
+	char log_a2[600];
+	snprintf(log_a2, sizeof log_a2, "%s/serve-a2.log", v.dir);
+	pa = sh_spawn(v.bs, ta, v.snap, "xch-group-a", log_a2, NULL, xa);
+	TEST_ASSERT_MSG(sh_logged_port(log_a2) > 0, "a did not come back (log %s)", log_a2);
+	TEST_ASSERT_MSG(sh_stop(pa, test_seconds(60)) == 0, "host a did not stop cleanly (log %s)", log_a2);
+	/* (a merge would have made a snapshot: the shutdown's is written only when something changed) */
+	fprintf(stderr, "  a's snapshot sequence %" PRIu64 " before the restart, %" PRIu64 " after\n", seq_a,
+	        sh_read(v.snap).seq);
+	TEST_EQ_INT(sh_log_value(log_a2, "exchange done", "merged_rows="), 0);
+	TEST_EQ_INT(sh_log_value(log_a2, "exchange done", "items_added="), 0);
+	for (uint64_t i = 1; i <= 60; i++) {
+		const double after = item_bias(v.snap, i);
+		TEST_ASSERT_MSG(after == before[i], "item %" PRIu64 ": bias %.6f before the restart, %.6f after", i,
+		                before[i], after);
+	}
 	sh_env_close(&v);
 }
 
