@@ -16,7 +16,8 @@ Steps per H: create the topics; start the H services (serve.replay 0 unless give
 the comparison is of the exchange alone, not of how much spare time each host replays);
 wait until every one is ready (/readyz: its partitions assigned, so the group is settled
 before any event is produced); produce the file; wait until the hosts' events applied and
-held out add up to the events produced; then stop them (SIGTERM: a final snapshot) and read
+held out add up to the events produced, and until every row one published every other has
+merged (mfstream_exchange_*_rows_total); then stop them (SIGTERM: a final snapshot) and read
 each one's snapshot meta (mfstream inspect --json) and its last log lines.
 """
 import argparse
@@ -114,13 +115,19 @@ def one_run(a, kafka_bin, bs, H, every, work, produced_n):
             return n is not None and s >= n
         wait_for("every event applied", done, 1800)
         wall = time.monotonic() - t0
-        time.sleep(a.settle)  # the last contributions reach the others (they merge every 0.1 s idle)
+
+        def merged():  # every row a host published merged by every other host (no compaction yet)
+            pub = sum(metric(pt, "mfstream_exchange_published_rows_total") for pt in ports)
+            mer = sum(metric(pt, "mfstream_exchange_merged_rows_total") for pt in ports)
+            return mer >= (H - 1) * pub
+        wait_for("every contribution merged", merged, 1800)
+        wall_merged = time.monotonic() - t0
     finally:
         for pr in procs:
             pr.send_signal(signal.SIGTERM)
         for pr in procs:
             pr.wait(timeout=300)
-    res = {"hosts": H, "every": every, "wall_s": wall, "events": 0, "sse": 0.0, "published": 0, "merged": 0,
+    res = {"hosts": H, "every": every, "wall_s": wall, "merged_s": wall_merged, "events": 0, "sse": 0.0, "published": 0, "merged": 0,
            "unknown": 0}
     for h in range(H):
         meta = json.loads(run([a.mfstream, "inspect", "--snapshot", snaps[h], "--json"]).stdout)
@@ -144,7 +151,6 @@ def main():
     ap.add_argument("--hosts", default="1,2,4")
     ap.add_argument("--every", default="1", help="publish periods in batches; 0: no exchange (each host alone)")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--kafka-home", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                                          "shared", "kafka"))
     ap.add_argument("--csv")
@@ -167,16 +173,17 @@ def main():
                 vs = 100 * (r["rmse"] - base) / base if base else float("nan")
                 per = " ".join(f"{e}:{x:.4f}" for e, x in r["per_host"])
                 print(f"hosts {H} every {every}: events {r['events']} prequential_rmse {r['rmse']:.5f} "
-                      f"vs_1 {vs:+.2f}% wall {r['wall_s']:.1f} s ({r['events'] / r['wall_s']:.0f} events/s) "
+                      f"vs_1 {vs:+.2f}% wall {r['wall_s']:.1f} s ({r['events'] / r['wall_s']:.0f} events/s; "
+                      f"every contribution merged at {r['merged_s']:.1f} s) "
                       f"published_rows {r['published']} merged_rows {r['merged']} items_added {r['unknown']} "
                       f"per_host {per}", flush=True)
-                rows.append((H, every, r["events"], r["rmse"], vs, r["wall_s"], r["published"], r["merged"],
-                             r["unknown"]))
+                rows.append((H, every, r["events"], r["rmse"], vs, r["wall_s"], r["merged_s"], r["published"],
+                             r["merged"], r["unknown"]))
     finally:
         subprocess.run([os.path.join(a.kafka_home, "broker.sh"), "wipe", broker], capture_output=True)
     if a.csv:
         with open(a.csv, "w") as f:
-            f.write("hosts,every,events,prequential_rmse,vs_1_pct,wall_s,published_rows,merged_rows,items_added\n")
+            f.write("hosts,every,events,prequential_rmse,vs_1_pct,wall_s,merged_s,published_rows,merged_rows,items_added\n")
             for r in rows:
                 f.write(",".join(str(x) for x in r) + "\n")
     shutil.rmtree(work, ignore_errors=True)
