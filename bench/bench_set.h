@@ -39,7 +39,7 @@ static void bench_experiments(mfs_engine_conf_t *ec)
 	if (!bench_conf_ready)
 		return;
 	mfs_engine_conf_t x;
-	mfs_engine_conf_from(&bench_conf, &x);
+	(void)mfs_engine_conf_from(&bench_conf, &x, NULL, 0);
 	ec->cuda_rows_per_warp = x.cuda_rows_per_warp;
 	ec->cuda_plain_c = x.cuda_plain_c;
 	ec->cuda_user_runs = x.cuda_user_runs;
@@ -49,6 +49,9 @@ static void bench_experiments(mfs_engine_conf_t *ec)
 	ec->cuda_pk_oversubscribe = x.cuda_pk_oversubscribe;
 	ec->cpu_grid_users = x.cpu_grid_users;
 	ec->cpu_grid_items = x.cpu_grid_items;
+	ec->merge_batches = x.merge_batches;
+	ec->merge_hot = x.merge_hot;
+	ec->merge_pieces = x.merge_pieces;
 }
 
 #endif

@@ -4,7 +4,8 @@
  *
  *   bench_shard [--users 100000] [--items 100000] [--ratings 10000000] [--test 500000]
  *               [--rank 8] [--noise 0.5] [--k 32] [--zipf 0,0.8,1.2] [--shards 1,2,4]
- *               [--every 1,10] [--combine sum,mean,blend] [--lag LIST] [--batch 100000] [--epochs 10] [--threads 2]
+ *               [--every 1,10] [--combine sum,mean,blend] [--lag LIST] [--hot LIST] [--batch 100000] [--epochs 10]
+ *               [--threads 2]
  *               [--init 0.1] [--lr 0.1] [--lambda 0.05] [--beta 0.05] [--seed 7] [--csv FILE]
  *
  * Hyperparameters: decay schedule; lr 0.1 and lambda 0.05 rather than the shipped 0.03 and
@@ -25,6 +26,9 @@
  * barrier; every --every batches each shard publishes its cumulative item contributions, the
  * others merge them --lag batches later, by SUM (h-sum) or BLEND (h-blend); docs/SCALE_OUT.md).
  * --schemes leaves out all-reduce or rotation (both by default; the hosts' runs follow --lag).
+ * --hot runs the all-reduce once per value T (default 0, off): after every batch the rows one
+ * shard has given T ratings or more since their last merge are merged too (hot rows more often;
+ * the multi-GPU engine's engine.merge_hot).
  * Columns:
  *   test_rmse      after the epoch (each shard scores its users; the sums are added)
  *   vs_S1          the relative difference to S = 1 after the same epoch, percent
@@ -60,9 +64,9 @@ struct opts {
 	long users, items, ratings, test, rank, k, epochs, batch, threads;
 	double noise, lr, lambda, beta, init;
 	double zipf[MAX_LIST];
-	long shards[MAX_LIST], every[MAX_LIST], lag[MAX_LIST];
+	long shards[MAX_LIST], every[MAX_LIST], lag[MAX_LIST], hot[MAX_LIST];
 	int combine[4];
-	int n_zipf, n_shards, n_every, n_combine, n_lag;
+	int n_zipf, n_shards, n_every, n_combine, n_lag, n_hot;
 	int do_allreduce, do_rotate; /* --schemes */
 	const char *csv;
 	uint64_t seed;
@@ -136,6 +140,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->do_rotate = strstr(v, "rotate") != NULL;
 			continue;
 		}
+		if (!strcmp(f, "--hot")) {
+			o->n_hot = parse_list(v, NULL, o->hot);
+			continue;
+		}
 		if (!strcmp(f, "--lag")) {
 			o->n_lag = parse_list(v, NULL, o->lag);
 			continue;
@@ -172,6 +180,9 @@ static void parse(int argc, char **argv, struct opts *o)
 			usage();
 	for (int x = 0; x < o->n_lag; x++)
 		if (o->lag[x] < 0)
+			usage();
+	for (int x = 0; x < o->n_hot; x++)
+		if (o->hot[x] < 0 || o->hot[x] > UINT32_MAX)
 			usage();
 }
 
@@ -212,13 +223,14 @@ static mfs_model_t *make_model(const struct opts *o, double mean)
 struct result {
 	double zipf;
 	const char *scheme;
-	long S, every, lag;
+	long S, every, lag, hot;
 	double rmse, vs1, dense_mb, sparse_mb, imbalance, sgd_s;
 };
 
 /* Train one configuration; rmse1 holds S = 1's test RMSE per epoch (filled when S == 1). */
 static int run(const struct opts *o, double zipf, const struct data *tr, const struct data *te, double mean,
-               long S, int scheme, long every, long lag, int combine, double *rmse1, FILE *csv, struct result *res)
+               long S, int scheme, long every, long lag, long hot, int combine, double *rmse1, FILE *csv,
+               struct result *res)
 {
 	mfs_conf_t conf;
 	char err[256], num[64];
@@ -244,7 +256,8 @@ static int run(const struct opts *o, double zipf, const struct data *tr, const s
 		return 1;
 	mfs_shard_conf_t sc = {.shards = (uint32_t)S, .scheme = scheme, .batch = (size_t)o->batch,
 	                       .exchange_every = (uint32_t)every, .lag = (uint32_t)lag, .combine = combine,
-	                       .threads = (int)o->threads};
+	                       .threads = (int)o->threads,
+	                       .hot_ratings = scheme == MFS_SHARD_ALLREDUCE ? (uint32_t)hot : 0};
 	mfs_shard_ref_t *r = NULL;
 	if ((rc = mfs_shard_ref_init(&sc, m, &r, err, sizeof err))) {
 		fprintf(stderr, "bench_shard: %s\n", err);
@@ -259,6 +272,8 @@ static int run(const struct opts *o, double zipf, const struct data *tr, const s
 	                                                : "ar-sum";
 	if (scheme != MFS_SHARD_HOSTS)
 		lag = 0;
+	if (scheme != MFS_SHARD_ALLREDUCE)
+		hot = 0;
 	mfs_hparams_t hp = {(float)lrc.lr, (float)o->lambda, (float)o->lambda, lam_b, lam_b, 1.0f, 5.0f};
 	rc = mfs_shard_ref_set_hparams(r, &hp);
 	rc = rc ? rc : mfs_shard_ref_load(r, &(mfs_batch_t){tr->u, tr->i, tr->r, tr->n});
@@ -280,14 +295,14 @@ static int run(const struct opts *o, double zipf, const struct data *tr, const s
 		const double rows_k = (double)(st.rows_exchanged - prev.rows_exchanged) / 1e3;
 		const uint64_t dr = st.ratings - prev.ratings, dm = st.ratings_max_sum - prev.ratings_max_sum;
 		const double imb = dr ? (double)dm * (double)S / (double)dr : 1.0;
-		printf("%5.2f %-9s %2ld %5ld %4ld %5ld %10.5f %+7.2f %11.1f %10.1f %8.1f %9.3f %7.2f\n", zipf, name, S,
-		       scheme == MFS_SHARD_ROTATE ? 0L : every, lag, ep + 1, l.rmse, vs1, dense, sparse, rows_k, imb, sgd_s);
+		printf("%5.2f %-9s %2ld %5ld %4ld %4ld %5ld %10.5f %+7.2f %11.1f %10.1f %8.1f %9.3f %7.2f\n", zipf, name, S,
+		       scheme == MFS_SHARD_ROTATE ? 0L : every, lag, hot, ep + 1, l.rmse, vs1, dense, sparse, rows_k, imb, sgd_s);
 		fflush(stdout);
 		if (csv)
-			fprintf(csv, "%.2f,%s,%ld,%ld,%ld,%ld,%.6f,%.4f,%.0f,%.0f,%llu,%.4f,%.3f,%.8f\n", zipf, name, S,
+			fprintf(csv, "%.2f,%s,%ld,%ld,%ld,%ld,%.6f,%.4f,%.0f,%.0f,%llu,%.4f,%.3f,%.8f,%ld\n", zipf, name, S,
 			        scheme == MFS_SHARD_ROTATE ? 0L : every, lag, ep + 1, l.rmse, vs1, dense * 1e6, sparse * 1e6,
-			        (unsigned long long)(st.rows_exchanged - prev.rows_exchanged), imb, sgd_s, (double)hp.lr);
-		*res = (struct result){zipf, name, S, scheme == MFS_SHARD_ROTATE ? 0L : every, lag, l.rmse, vs1, dense, sparse,
+			        (unsigned long long)(st.rows_exchanged - prev.rows_exchanged), imb, sgd_s, (double)hp.lr, hot);
+		*res = (struct result){zipf, name, S, scheme == MFS_SHARD_ROTATE ? 0L : every, lag, hot, l.rmse, vs1, dense, sparse,
 		                       imb, sgd_s};
 		prev = st;
 		hp.lr = (float)mfs_lr_update(&lrc, l.rmse); /* decay: the loss does not matter */
@@ -305,6 +320,7 @@ int main(int argc, char **argv)
 	struct opts o = {.users = 100000, .items = 100000, .ratings = 10000000, .test = 500000, .rank = 8, .k = 32,
 	                 .epochs = 10, .lr = 0.1, .lambda = 0.05, .batch = 100000, .threads = 2, .noise = 0.5, .init = 0.1, .zipf = {0, 0.8, 1.2},
 	                 .shards = {1, 2, 4}, .every = {1, 10}, .combine = {MFS_SHARD_SUM, MFS_SHARD_MEAN, MFS_SHARD_BLEND},
+	                 .hot = {0}, .n_hot = 1,
 	                 .n_zipf = 3, .n_shards = 3, .n_every = 2, .n_combine = 3, .seed = 7, .do_allreduce = 1,
 	                 .do_rotate = 1};
 	mfs_conf_t defaults; /* the shipped decay rate */
@@ -321,14 +337,14 @@ int main(int argc, char **argv)
 	}
 	if (csv)
 		fprintf(csv, "zipf,scheme,shards,every,lag,epoch,test_rmse,vs_s1_pct,dense_bytes,sparse_bytes,rows_exchanged,"
-		             "imbalance,sgd_s,lr\n");
+		             "imbalance,sgd_s,lr,hot\n");
 	printf("# %ld users x %ld items, %ld train + %ld test ratings, rank %ld, noise %.2f; k=%ld batch=%ld "
 	       "epochs=%ld threads=%ld lr=%g (decay, beta %g) lambda=%g\n",
 	       o.users, o.items, o.ratings, o.test, o.rank, o.noise, o.k, o.batch, o.epochs, o.threads, o.lr, o.beta,
 	       o.lambda);
-	printf("%5s %-9s %2s %5s %4s %5s %10s %7s %11s %10s %8s %9s %7s\n", "zipf", "scheme", "S", "every", "lag", "epoch",
+	printf("%5s %-9s %2s %5s %4s %4s %5s %10s %7s %11s %10s %8s %9s %7s\n", "zipf", "scheme", "S", "every", "lag", "hot", "epoch",
 	       "test_rmse", "vs_S1%", "dense_MB", "sparse_MB", "rows_xK", "imbalance", "sgd_s");
-	struct result res[MAX_LIST * (1 + MAX_LIST * (1 + 3 * MAX_LIST + 2 * MAX_LIST * MAX_LIST))];
+	struct result res[MAX_LIST * (1 + MAX_LIST * (1 + 3 * MAX_LIST * MAX_LIST + 2 * MAX_LIST * MAX_LIST))];
 	int nres = 0, rc = 0;
 	double *rmse1 = calloc((size_t)o.epochs, sizeof *rmse1);
 	for (int z = 0; z < o.n_zipf && !rc; z++) {
@@ -339,32 +355,33 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		/* S = 1 first: the baseline of vs_S1 */
-		rc = run(&o, o.zipf[z], &tr, &te, mean, 1, MFS_SHARD_ALLREDUCE, 1, 0, MFS_SHARD_SUM, rmse1, csv, &res[nres++]);
+		rc = run(&o, o.zipf[z], &tr, &te, mean, 1, MFS_SHARD_ALLREDUCE, 1, 0, 0, MFS_SHARD_SUM, rmse1, csv, &res[nres++]);
 		for (int s = 0; s < o.n_shards && !rc; s++) {
 			if (o.shards[s] == 1)
 				continue;
 			for (int c = 0; c < o.n_combine && !rc && o.do_allreduce; c++)
 				for (int x = 0; x < o.n_every && !rc; x++)
-					rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_ALLREDUCE, o.every[x], 0,
-					         o.combine[c], rmse1, csv, &res[nres++]);
+					for (int h = 0; h < o.n_hot && !rc; h++)
+						rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_ALLREDUCE, o.every[x], 0,
+						         o.hot[h], o.combine[c], rmse1, csv, &res[nres++]);
 			for (int c = 0; c < o.n_combine && !rc; c++)
 				for (int x = 0; x < o.n_every && !rc; x++)
 					for (int y = 0; y < o.n_lag && !rc && o.combine[c] != MFS_SHARD_MEAN; y++)
-						rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_HOSTS, o.every[x], o.lag[y],
+						rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_HOSTS, o.every[x], o.lag[y], 0,
 						         o.combine[c], rmse1, csv, &res[nres++]);
 			if (!rc && o.do_rotate)
-				rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_ROTATE, 0, 0, MFS_SHARD_SUM, rmse1,
+				rc = run(&o, o.zipf[z], &tr, &te, mean, o.shards[s], MFS_SHARD_ROTATE, 0, 0, 0, MFS_SHARD_SUM, rmse1,
 				         csv, &res[nres++]);
 		}
 		data_free(&tr);
 		data_free(&te);
 	}
-	printf("\nsummary (epoch %ld): zipf scheme S every lag test_rmse vs_S1%% dense_MB/epoch sparse_MB/epoch "
+	printf("\nsummary (epoch %ld): zipf scheme S every lag hot test_rmse vs_S1%% dense_MB/epoch sparse_MB/epoch "
 	       "imbalance\n",
 	       o.epochs);
 	for (int x = 0; x < nres; x++)
-		printf("summary: %5.2f %-9s %2ld %5ld %4ld %9.5f %+7.2f %12.1f %12.1f %7.3f\n", res[x].zipf, res[x].scheme,
-		       res[x].S, res[x].every, res[x].lag, res[x].rmse, res[x].vs1, res[x].dense_mb, res[x].sparse_mb, res[x].imbalance);
+		printf("summary: %5.2f %-9s %2ld %5ld %4ld %4ld %9.5f %+7.2f %12.1f %12.1f %7.3f\n", res[x].zipf, res[x].scheme,
+		       res[x].S, res[x].every, res[x].lag, res[x].hot, res[x].rmse, res[x].vs1, res[x].dense_mb, res[x].sparse_mb, res[x].imbalance);
 	if (csv)
 		fclose(csv);
 	free(rmse1);

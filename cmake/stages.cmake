@@ -62,7 +62,7 @@ if(MFS_HAVE_CUDA)
 endif()
 mfs_stage(NAME gpu FOLDERS gpu model_store common
   SOURCES gpu/engine.c gpu/lr.c gpu/cpu/engine_cpu.c gpu/cpu/loss_ref.c gpu/cpu/sgd_ref.c
-    gpu/cpu/shard_ref.c
+    gpu/cpu/merge_ref.c gpu/cpu/shard_ref.c gpu/sharded.c
   LINK ${MFS_GPU_LINK})
 if(MFS_HAVE_CUDA)
   target_compile_definitions(mfs_gpu PUBLIC MFS_HAVE_CUDA=1)

@@ -369,8 +369,7 @@ int mfs_cmd_train(int argc, char **argv)
 
 	/* engine */
 	mfs_engine_conf_t ec;
-	mfs_engine_conf_from(&c, &ec);
-	if ((rc = mfs_engine_open(&ec, m, &e, err, sizeof err))) {
+	if ((rc = mfs_engine_conf_from(&c, &ec, err, sizeof err)) || (rc = mfs_engine_open(&ec, m, &e, err, sizeof err))) {
 		fprintf(stderr, "mfstream train: engine: %s\n", *err ? err : mfs_strerror(rc));
 		goto out;
 	}

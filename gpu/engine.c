@@ -96,6 +96,27 @@ static int pick_auto(const mfs_engine_conf_t *conf, const mfs_model_t *m)
 	return MFS_ENGINE_CPU;
 }
 
+static int open_with(const struct mfs_engine_i *iface, const mfs_engine_conf_t *conf, int kind, mfs_model_t *m,
+                     mfs_engine_t **out, char *errstr, size_t errstr_size)
+{
+	mfs_engine_t *e = calloc(1, sizeof *e);
+	if (!e)
+		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: out of memory");
+	e->iface = iface;
+	e->conf = *conf;
+	e->conf.kind = kind;
+	e->model = m;
+	/* until the caller sets its own (a loss pass before set_hparams still means something) */
+	e->hp = (mfs_hparams_t)MFS_HPARAMS_DEFAULT;
+	int rc = iface->open(e, errstr, errstr_size);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
 int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t **out,
                     char *errstr, size_t errstr_size)
 {
@@ -111,6 +132,8 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 	int kind = conf->kind;
 	if (kind < MFS_ENGINE_AUTO || kind > MFS_ENGINE_CUDA)
 		return mfs_errf(errstr, errstr_size, MFS_EINVAL, "engine: unknown kind %d", kind);
+	if (conf->shards > 1) /* several engines of `kind` under one (gpu/sharded.c): it opens them */
+		return open_with(&mfs_engine_sharded_i, conf, kind, m, out, errstr, errstr_size);
 	if (kind == MFS_ENGINE_AUTO)
 		kind = pick_auto(conf, m);
 	else
@@ -130,22 +153,7 @@ int mfs_engine_open(const mfs_engine_conf_t *conf, mfs_model_t *m, mfs_engine_t 
 			                conf->device, why);
 	}
 
-	mfs_engine_t *e = calloc(1, sizeof *e);
-	if (!e)
-		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: out of memory");
-	e->iface = iface;
-	e->conf = *conf;
-	e->conf.kind = kind;
-	e->model = m;
-	/* until the caller sets its own (a loss pass before set_hparams still means something) */
-	e->hp = (mfs_hparams_t)MFS_HPARAMS_DEFAULT;
-	int rc = iface->open(e, errstr, errstr_size);
-	if (rc) {
-		free(e);
-		return rc;
-	}
-	*out = e;
-	return 0;
+	return open_with(iface, conf, kind, m, out, errstr, errstr_size);
 }
 
 void mfs_engine_close(mfs_engine_t *e)

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/shard.h"
 #include "model_store/store.h"
 
 enum mfs_engine_kind { MFS_ENGINE_AUTO = 0, MFS_ENGINE_CPU = 1, MFS_ENGINE_CUDA = 2 };
@@ -71,7 +72,20 @@ typedef struct mfs_engine_conf {
 	int cuda_pk_carveout;      /* the persistent kernel's shared-memory carveout: percent, -1 = 0 % */
 	int cuda_pk_oversubscribe; /* test hook: twice the blocks that fit, still beside */
 	uint32_t cpu_grid_users, cpu_grid_items; /* resident epochs' user x item bands (both or neither) */
+	/* One model over several engines of `kind` (gpu/sharded.c, engine.devices; docs/SCALE_OUT.md):
+	 * user row r lives on shard r % S, items are replicated and merged (BLEND, gpu/shard.h). */
+	uint32_t shards;            /* S: 0 or 1 = one engine; MFS_SHARDS_ALL = every CUDA device */
+	int devices[MFS_SHARD_MAX]; /* CUDA: shard s's device (a device may repeat: tests) */
+	uint32_t merge_batches;  /* streaming: every changed item row is merged every this many batches */
+	uint32_t merge_hot;      /* and after each batch (resident epochs: each piece) the rows one shard
+	                               gave this many ratings since their last merge; 0 = none */
+	uint32_t merge_pieces;   /* resident epochs are cut into this many pieces, hot rows merged after
+	                               each, every row at the epoch's end */
+	int items_base;             /* set by the sharded engine for its shards: keep the item table as of
+	                               the last merge (the merge's q0) where the rows live */
 } mfs_engine_conf_t;
+
+#define MFS_SHARDS_ALL UINT32_MAX
 
 /** What an engine uses until mfs_engine_set_hparams: the configuration table's sgd.* defaults
  *  (tests/unit/test_engine_cpu.c checks that they agree) and no clipping. */

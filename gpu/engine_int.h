@@ -6,6 +6,8 @@
 
 #include "gpu/engine.h"
 
+struct mfs_merge_job;
+
 struct mfs_engine_i {
 	const char *name;
 	/* (optional) 1 if this engine can run model m; else 0 and why. AUTO skips an engine that
@@ -39,7 +41,32 @@ struct mfs_engine_i {
 	int (*reset_rows)(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight);
 	/* (optional; absent: the host draws every new row's values) */
 	int (*take_new_rows)(mfs_engine_t *e);
+	/* (optional, with merge_forget) the sharded engine's item merge (gpu/sharded.c) over S
+	 * engines of this kind, each holding a replica of the item table and the table as of the
+	 * last merge (conf.items_base): every batch given to them applied first, then each of the
+	 * job's rows merged from the S replicas by mfs_merge_row_ref's rule (gpu/cpu/cpu_ref.h)
+	 * into every replica and base, with BLEND's |p|^2 from the job's user rows. Absent: the
+	 * engines work on their models' host arrays and the sharded engine merges there. */
+	int (*merge)(mfs_engine_t *const *subs, uint32_t S, struct mfs_merge_job *job);
+	void (*merge_forget)(mfs_engine_t *const *subs, uint32_t S, struct mfs_merge_job *job);
 };
+
+/* One merge of item rows across the shards of a sharded engine. */
+typedef struct mfs_merge_job {
+	const uint32_t *rows;  /* the item rows to merge */
+	size_t n;
+	const uint32_t *cnt;   /* n x S: ratings shard s gave rows[x] since its last merge */
+	/* BLEND's |p|^2 = (the shards' sums of |p|^2 over these user rows of theirs (local rows),
+	 * added in shard order) / (their number) */
+	const uint32_t *p2_rows[MFS_SHARD_MAX];
+	size_t p2_n[MFS_SHARD_MAX];
+	int combine;           /* enum mfs_shard_combine */
+	mfs_hparams_t hp;
+	int keep;              /* the job repeats (resident epochs): the kind may keep what it uploads in
+	                          kept[] until merge_forget */
+	void *kept[MFS_SHARD_MAX];
+	double p2;             /* out: the |p|^2 the merge used */
+} mfs_merge_job_t;
 
 struct mfs_engine {
 	const struct mfs_engine_i *iface;
@@ -66,6 +93,7 @@ static inline void mfs_engine_copy_rows(const float *b, const float *F, int k, c
 extern "C" {
 #endif
 extern const struct mfs_engine_i mfs_engine_cpu_i;
+extern const struct mfs_engine_i mfs_engine_sharded_i; /* gpu/sharded.c */
 #ifdef MFS_HAVE_CUDA
 extern const struct mfs_engine_i mfs_engine_cuda_i;
 #endif

@@ -954,8 +954,9 @@ static void *thread_main(void *arg)
 	mfs_thread_name("mfs-learner");
 	mfs_engine_conf_t ec;
 	char e[1024] = "";
-	mfs_engine_conf_from(l->c, &ec);
-	int rc = mfs_engine_open(&ec, l->m, &l->e, e, sizeof e);
+	int rc = mfs_engine_conf_from(l->c, &ec, e, sizeof e);
+	if (rc == 0)
+		rc = mfs_engine_open(&ec, l->m, &l->e, e, sizeof e);
 	if (rc == 0) {
 		snprintf(l->engine_name, sizeof l->engine_name, "%s", mfs_engine_name(l->e));
 		/* new ids' initial values from the engine (the CUDA engine: on the device, no host

@@ -1,7 +1,44 @@
 /* stage_conf.c - see stage_conf.h. */
 #include "serve/stage_conf.h"
 
-void mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out)
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* engine.devices: "" (one engine, engine.device), "all", or ordinals "0,1,3" (a device may repeat:
+ * tests run two shards on one GPU). */
+static int devices_from(const char *s, mfs_engine_conf_t *out, char *errstr, size_t es)
+{
+	out->shards = 0;
+	if (!s || !*s)
+		return 0;
+	if (!strcmp(s, "all")) {
+		out->shards = MFS_SHARDS_ALL;
+		return 0;
+	}
+	const char *p = s;
+	uint32_t n = 0;
+	while (*p) {
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || errno || v < 0 || v > 1023 || (*end && *end != ','))
+			return mfs_errf(errstr, es, MFS_ECONFIG,
+			                "config key \"engine.devices\": \"%s\" is not a list of device ordinals like 0,1 or \"all\"", s);
+		if (n == MFS_SHARD_MAX)
+			return mfs_errf(errstr, es, MFS_ECONFIG, "config key \"engine.devices\": more than %d devices", MFS_SHARD_MAX);
+		out->devices[n++] = (int)v;
+		p = *end ? end + 1 : end;
+	}
+	out->shards = n;
+	if (n == 1) /* one device: the plain engine on it */
+		out->device = out->devices[0], out->shards = 0;
+	return 0;
+}
+
+int mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out, char *errstr, size_t errstr_size)
 {
 	*out = (mfs_engine_conf_t){0};
 	out->kind = c->engine_kind;
@@ -24,6 +61,10 @@ void mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out)
 	out->cuda_pk_oversubscribe = c->engine_cuda_pk_oversubscribe;
 	out->cpu_grid_users = (uint32_t)c->engine_cpu_grid_users;
 	out->cpu_grid_items = (uint32_t)c->engine_cpu_grid_items;
+	out->merge_batches = (uint32_t)c->engine_merge_batches;
+	out->merge_hot = (uint32_t)c->engine_merge_hot;
+	out->merge_pieces = (uint32_t)c->engine_merge_pieces;
+	return devices_from(c->engine_devices, out, errstr, errstr_size);
 }
 
 void mfs_hparams_from(const mfs_conf_t *c, double lr, mfs_hparams_t *out)

@@ -13,8 +13,10 @@
 #include "gpu/lr.h"
 #include "model_store/store.h"
 
-/** engine.*, model.seed, model.dtype; frequent_loss when serve.prequential scores every batch. */
-void mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out);
+/** engine.*, model.seed, model.dtype; frequent_loss when serve.prequential scores every batch.
+ *  @return 0, or MFS_ECONFIG with errstr (engine.devices is not a list of device ordinals or
+ *  "all"). */
+int mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out, char *errstr, size_t errstr_size);
 /** sgd.* lambdas, rating.min/max as the clip range, and learning rate lr (the controller's
  *  current rate, or sgd.lr). */
 void mfs_hparams_from(const mfs_conf_t *c, double lr, mfs_hparams_t *out);

@@ -113,4 +113,24 @@ void mfs_loss_ratings_ref(const mfs_sgd_args_t *a, const mfs_rating_t *rt, size_
  *  and fill out (rmse and mae are NaN when n is 0). */
 void mfs_loss_combine_ref(const double *part, size_t n_chunks, uint64_t n, mfs_loss_t *out);
 
+/* ---- merge_ref.c ---------------------------------------------------------------------- */
+
+/** The merge of one item row held by S replicas (gpu/shard.h, enum mfs_shard_combine; the
+ *  reference of gpu/cuda/merge.cu): b0 / q0 its value at the last merge, rep_b[s] / rep_q[s]
+ *  (k floats) shard s's replica, cnt[s] the ratings shard s gave the row since. A row no shard
+ *  changed keeps b0 / q0; one that one shard alone changed takes that replica's value exactly;
+ *  otherwise SUM, MEAN or BLEND, shards in order (BLEND in double, with lb / lq from
+ *  mfs_merge_logs). out: the bias then k factors; tq: k doubles of scratch. */
+void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float b0, const float *q0,
+                       const float *rep_b, const float *const *rep_q, double lb, double lq, float *out,
+                       double *tq);
+
+/** Sum over rows[0, n) of |P row|^2 in double, in order (BLEND's |p|^2 = the shards' sums,
+ *  added in shard order, over their rows' number). */
+double mfs_norm2_sum_ref(const float *P, int k, const uint32_t *rows, size_t n);
+
+/** BLEND's log(1 - g) for the bias (lb: g = lr (1 + lambda_bi)) and the factors (lq: g = lr
+ *  (p2 / k + lambda_q)), gpu/shard.h. */
+void mfs_merge_logs(const mfs_hparams_t *hp, int k, double p2, double *lb, double *lq);
+
 #endif

@@ -410,55 +410,19 @@ static void shard_batch(mfs_shard_ref_t *r, uint32_t s)
 }
 
 /* BLEND's |p|^2: the mean squared norm of the user rows of this round's ratings (the last
- * batch's, an estimate for the period), as they are now. */
+ * batch's, an estimate for the period), as they are now: each shard's sum, the sums added in
+ * shard order (as the sharded engine adds its devices'). */
 static double round_p2(const mfs_shard_ref_t *r)
 {
-	const size_t ks = (size_t)r->sr_k;
 	double sum = 0;
 	uint64_t n = 0;
-	for (uint32_t s = 0; s < r->sr_c.shards; s++)
-		for (size_t j = 0; j < r->sr_sh[s].sh_n; j++) {
-			const float *p = r->sr_m->P + r->sr_sh[s].sh_u[j] * ks;
-			for (size_t f = 0; f < ks; f++)
-				sum += (double)p[f] * (double)p[f];
-			n++;
-		}
+	for (uint32_t s = 0; s < r->sr_c.shards; s++) {
+		const double part = mfs_norm2_sum_ref(r->sr_m->P, r->sr_k, r->sr_sh[s].sh_u, r->sr_sh[s].sh_n);
+		sum = s ? sum + part : part;
+		n += r->sr_sh[s].sh_n;
+	}
 	return n ? sum / (double)n : 0;
 }
-
-/* BLEND for item row i that shards c (the lowest) and others changed (gpu/shard.h): with
- * a_s = (1 - g)^n_s, q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), in double,
- * shards in order; g = lr (1 + lambda_bi) for the bias, lr (p2 / k + lambda_q) for factors. */
-static void blend_row(mfs_shard_ref_t *r, uint32_t i, uint32_t c, double p2, float *acc)
-{
-	const mfs_model_t *m = r->sr_m;
-	const size_t ks = (size_t)r->sr_k;
-	const float *q0 = m->Q + i * ks;
-	const double lb = log1p(-fmin((double)r->sr_hp.lr * (1.0 + (double)r->sr_hp.lambda_bi), MAX_STEP));
-	const double lq = log1p(-fmin((double)r->sr_hp.lr * (p2 / (double)ks + (double)r->sr_hp.lambda_q), MAX_STEP));
-	double prod_b = 1, prod_q = 1, N = 0, tb = 0;
-	double *tq = r->sr_tacc;
-	memset(tq, 0, ks * sizeof *tq);
-	for (uint32_t s = c; s < r->sr_c.shards; s++) {
-		const struct shard *sh = &r->sr_sh[s];
-		const double n = (double)sh->sh_touched[i];
-		if (n == 0)
-			continue;
-		prod_b *= exp(n * lb);
-		prod_q *= exp(n * lq);
-		N += n;
-		/* n / (1 - a): -expm1 keeps its digits when n g is small */
-		const double wb = n / -expm1(n * lb), wq = n / -expm1(n * lq);
-		tb += wb * ((double)sh->sh_bi[i] - (double)m->bi[i]);
-		const float *qs = sh->sh_Q + i * ks;
-		for (size_t f = 0; f < ks; f++)
-			tq[f] += wq * ((double)qs[f] - (double)q0[f]);
-	}
-	acc[0] = (float)((double)m->bi[i] + (1 - prod_b) / N * tb);
-	for (size_t f = 0; f < ks; f++)
-		acc[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
-}
-
 
 /* ---- hosts ---------------------------------------------------------------------------------- */
 
@@ -617,6 +581,56 @@ static void hosts_show(mfs_shard_ref_t *r)
 	memcpy(m->bi, r->sr_sh[0].sh_bi, (size_t)r->sr_ni * sizeof *m->bi);
 }
 
+/* Allreduce: merge the rows of the union (every one, or with hot only those one shard gave
+ * hot_ratings or more since their last merge) into the model (q0's home) and every replica by
+ * mfs_merge_row_ref; the union keeps the rows not merged, in order. */
+static void merge_union(mfs_shard_ref_t *r, int hot)
+{
+	const uint32_t S = r->sr_c.shards;
+	const size_t ks = (size_t)r->sr_k, row_bytes = (ks + 1) * sizeof(float);
+	mfs_model_t *m = r->sr_m;
+	float *acc = r->sr_acc;
+	const double p2 = r->sr_c.combine == MFS_SHARD_BLEND ? round_p2(r) : 0;
+	double lb, lq;
+	mfs_merge_logs(&r->sr_hp, r->sr_k, p2, &lb, &lq);
+	const float *rep_q[MFS_SHARD_MAX];
+	float rep_b[MFS_SHARD_MAX];
+	uint32_t cnt[MFS_SHARD_MAX];
+	size_t kept = 0, merged = 0;
+	for (size_t x = 0; x < r->sr_nunion; x++) {
+		const uint32_t i = r->sr_union[x];
+		uint32_t most = 0;
+		for (uint32_t s = 0; s < S; s++) {
+			const struct shard *sh = &r->sr_sh[s];
+			cnt[s] = sh->sh_touched[i];
+			most = cnt[s] > most ? cnt[s] : most;
+			rep_q[s] = sh->sh_Q + i * ks;
+			rep_b[s] = sh->sh_bi[i];
+		}
+		if (hot && most < r->sr_c.hot_ratings) {
+			r->sr_union[kept++] = i;
+			continue;
+		}
+		float *q0 = m->Q + i * ks;
+		mfs_merge_row_ref(r->sr_k, S, r->sr_c.combine, cnt, m->bi[i], q0, rep_b, rep_q, lb, lq, acc, r->sr_tacc);
+		m->bi[i] = acc[0];
+		memcpy(q0, acc + 1, ks * sizeof *acc);
+		for (uint32_t s = 0; s < S; s++) {
+			struct shard *sh = &r->sr_sh[s];
+			/* every other shard receives this shard's row, with its row number */
+			if (sh->sh_touched[i])
+				r->sr_st.bytes_sparse += (uint64_t)(S - 1) * (row_bytes + sizeof(uint32_t));
+			sh->sh_bi[i] = acc[0];
+			memcpy(sh->sh_Q + i * ks, acc + 1, ks * sizeof *acc);
+			sh->sh_touched[i] = 0;
+		}
+		r->sr_inunion[i] = 0;
+		merged++;
+	}
+	r->sr_st.rows_exchanged += merged;
+	r->sr_nunion = kept;
+}
+
 int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 {
 	if (!r)
@@ -629,64 +643,11 @@ int mfs_shard_ref_exchange(mfs_shard_ref_t *r)
 	}
 	if (r->sr_c.scheme != MFS_SHARD_ALLREDUCE || (r->sr_nunion == 0 && r->sr_since == 0))
 		return 0;
-	const uint32_t S = r->sr_c.shards;
-	const size_t ks = (size_t)r->sr_k, row_bytes = (ks + 1) * sizeof(float);
-	mfs_model_t *m = r->sr_m;
-	float *acc = r->sr_acc;
-	const int mean = r->sr_c.combine == MFS_SHARD_MEAN, blend = r->sr_c.combine == MFS_SHARD_BLEND;
-	const double p2 = blend ? round_p2(r) : 0;
-	for (size_t x = 0; x < r->sr_nunion; x++) {
-		const uint32_t i = r->sr_union[x];
-		float *q0 = m->Q + i * ks;
-		uint32_t c = 0;
-		while (!r->sr_sh[c].sh_touched[i]) /* in the union, so some shard touched it */
-			c++;
-		/* SUM: acc = q_c + sum_{s > c, touched} (q_s - q0); MEAN: acc = sum_{touched} q_s / count;
-		 * BLEND: blend_row replaces acc where two or more shards touched the row.
-		 * [0] the bias, [1..k] the factors. */
-		acc[0] = r->sr_sh[c].sh_bi[i];
-		memcpy(acc + 1, r->sr_sh[c].sh_Q + i * ks, ks * sizeof *acc);
-		uint32_t count = 1;
-		for (uint32_t s = c + 1; s < S; s++) {
-			const struct shard *sh = &r->sr_sh[s];
-			if (!sh->sh_touched[i])
-				continue;
-			const float *qs = sh->sh_Q + i * ks;
-			count++;
-			if (mean) {
-				acc[0] += sh->sh_bi[i];
-				for (size_t f = 0; f < ks; f++)
-					acc[1 + f] += qs[f];
-			} else {
-				acc[0] += sh->sh_bi[i] - m->bi[i];
-				for (size_t f = 0; f < ks; f++)
-					acc[1 + f] += qs[f] - q0[f];
-			}
-		}
-		if (mean && count > 1)
-			for (size_t f = 0; f <= ks; f++)
-				acc[f] /= (float)count;
-		if (blend && count > 1)
-			blend_row(r, i, c, p2, acc);
-		m->bi[i] = acc[0];
-		memcpy(q0, acc + 1, ks * sizeof *acc);
-		for (uint32_t s = 0; s < S; s++) {
-			struct shard *sh = &r->sr_sh[s];
-			sh->sh_bi[i] = acc[0];
-			memcpy(sh->sh_Q + i * ks, acc + 1, ks * sizeof *acc);
-			sh->sh_touched[i] = 0;
-		}
-		r->sr_inunion[i] = 0;
-	}
-	for (uint32_t s = 0; s < S; s++) {
-		/* every other shard receives this shard's touched rows, each with its row number */
-		r->sr_st.bytes_sparse += (uint64_t)r->sr_sh[s].sh_ntouched * (S - 1) * (row_bytes + sizeof(uint32_t));
+	merge_union(r, 0);
+	for (uint32_t s = 0; s < r->sr_c.shards; s++)
 		r->sr_sh[s].sh_ntouched = 0;
-	}
-	r->sr_st.bytes_dense += mfs_shard_allreduce_bytes(r->sr_ni, row_bytes, S);
-	r->sr_st.rows_exchanged += r->sr_nunion;
+	r->sr_st.bytes_dense += mfs_shard_allreduce_bytes(r->sr_ni, ((size_t)r->sr_k + 1) * sizeof(float), r->sr_c.shards);
 	r->sr_st.exchanges++;
-	r->sr_nunion = 0;
 	r->sr_since = 0;
 	return 0;
 }
@@ -715,6 +676,8 @@ static int allreduce_batch(mfs_shard_ref_t *r, const mfs_batch_t *b)
 	}
 	if (++r->sr_since >= r->sr_c.exchange_every)
 		rc = mfs_shard_ref_exchange(r);
+	else if (r->sr_c.hot_ratings)
+		merge_union(r, 1);
 	return rc;
 }
 

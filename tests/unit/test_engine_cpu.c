@@ -707,7 +707,7 @@ static void test_registry(void)
 	mfs_conf_t c;
 	TEST_OK(mfs_conf_init(&c));
 	mfs_engine_conf_t ec;
-	mfs_engine_conf_from(&c, &ec);
+	TEST_OK(mfs_engine_conf_from(&c, &ec, NULL, 0));
 	TEST_EQ_INT(ec.kind, MFS_ENGINE_AUTO);
 	TEST_EQ_INT(ec.threads, 0);
 	TEST_EQ_INT(ec.deterministic, 0);
@@ -720,7 +720,7 @@ static void test_registry(void)
 	TEST_OK(mfs_conf_set(&c, "engine.deterministic", "true", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "model.seed", "1234", err, sizeof err));
 	TEST_OK(mfs_conf_set(&c, "serve.prequential", "false", err, sizeof err));
-	mfs_engine_conf_from(&c, &ec);
+	TEST_OK(mfs_engine_conf_from(&c, &ec, NULL, 0));
 	TEST_EQ_INT(ec.frequent_loss, 0);
 	TEST_EQ_INT(ec.kind, MFS_ENGINE_CUDA);
 	TEST_EQ_INT(ec.threads, 3);
@@ -737,7 +737,7 @@ static void test_registry(void)
 	                           {"engine.cpu.grid_users", "16"}, {"engine.cpu.grid_items", "12"}};
 	for (size_t j = 0; j < sizeof hidden / sizeof hidden[0]; j++)
 		TEST_OK(mfs_conf_set(&c, hidden[j][0], hidden[j][1], err, sizeof err));
-	mfs_engine_conf_from(&c, &ec);
+	TEST_OK(mfs_engine_conf_from(&c, &ec, NULL, 0));
 	TEST_EQ_INT(ec.cuda_rows_per_warp, 4);
 	TEST_ASSERT(ec.cuda_plain_c == -1);
 	TEST_EQ_INT(ec.cuda_pk_blocks_per_sm, 3);

@@ -1,0 +1,1084 @@
+/* sharded.c - the sharded engine (engine.devices; docs/SCALE_OUT.md): one model over S engines
+ * of one kind, S CUDA devices, or S CPU engines where no GPU is (the same scheme, tested in CI).
+ * It implements the engine interface, so serve and train do not know it is there.
+ *
+ * DESIGN
+ *
+ * Shards. Shard s holds the user rows r with r % S == s at local row r / S (gpu/shard.h) and a
+ * replica of the whole item table. Each shard is an ordinary engine on a model of its own (a
+ * plain mfs_model_t without id maps: rows, arrays, mu); this engine routes every call:
+ *   batches  split by user shard, input order kept, user rows made local; each part goes to
+ *            its engine (a CUDA ring takes it and returns: the devices work at once);
+ *   sets     split the same way, and each shard's part cut into conf.merge_pieces pieces
+ *            (a seeded draw per rating); an epoch runs piece x on every shard at once (a
+ *            thread per shard for device engines), merges, then piece x + 1;
+ *   loss     each shard scores its users' ratings against its own replica; the sums are added
+ *            in shard order (a rating of an unknown user, MFS_ROW_NONE, on shard 0);
+ *   grow, reset_rows, sync, capture   rows copied between the caller's model and the shards'.
+ * The shards' host models are this engine's; the caller's model holds the ids, the global
+ * rows and (after sync) the values.
+ *
+ * Merges. Items drift apart on the replicas between merges. Per item row this engine counts the
+ * ratings each shard was given since the row's last merge (the routing sees them). A merge
+ * combines the replicas of a set of rows by BLEND (gpu/shard.h: the estimate of what serial SGD
+ * would have done; a row one shard alone changed takes that shard's value) and writes the
+ * result to every replica and to the base (the value at the last merge, BLEND's q0). When:
+ *   - every conf.merge_batches batches, every row changed since its last merge;
+ *   - after every batch (set: every piece), the rows one shard gave conf.merge_hot ratings
+ *     or more since their last merge: hot rows drift fastest, and under skew they are few
+ *     (docs/BENCHMARKS.md, "Sharding, CPU reference": at Zipf 1.2 merging every row once an
+ *     epoch lost 6 %, adding hot rows every piece 0.02 %);
+ *   - before sync and capture (snapshots see one item table) and at the end of every epoch.
+ * The rule is the CPU reference's (gpu/cpu/shard_ref.c, allreduce with hot_ratings), and with
+ * CPU shards in deterministic mode this engine reproduces it bit for bit (test_sharded). The
+ * merge itself is the kind's: CUDA engines merge on their devices (gpu/cuda/merge.cu: rows
+ * gathered, copied device to device, merged by the same rule on every device); engines on host
+ * arrays (CPU) are merged here by mfs_merge_row_ref, the caller's model's item rows being the
+ * base.
+ *
+ * Progress. A batch is applied when every shard has applied its part: a FIFO of the shards'
+ * tickets per batch, popped as they are reached.
+ *
+ * Ownership: this engine owns its shards (engines and models), the routing scratch, the counts
+ * and the sets' pieces; the caller's model is kept, not owned, and read afresh at every call.
+ * One thread calls it (engine.h); capture_wait may run on another, touching only cap_*.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "gpu/cpu/cpu_ref.h"
+#include "gpu/engine_int.h"
+#ifdef MFS_HAVE_CUDA
+#include "gpu/cuda/cuda_probe.h"
+#endif
+
+/* BLEND's |p|^2 of a piece: at most this many of its ratings' users (every n / this-th). */
+#define P2_SAMPLE 65536
+
+/* A shard's part of a routed batch: user rows local, input order. */
+struct part {
+	uint32_t *u, *i;
+	float *r;
+	size_t n, cap;
+};
+
+struct shard {
+	mfs_engine_t *e;
+	mfs_model_t m;       /* this shard's users at local rows, its replica of the items */
+	struct part b, l;    /* its part of the last batch (BLEND's |p|^2 reads its users), of a loss */
+	uint64_t applied;    /* m.events_applied already added to the caller's model */
+	/* capture: local user rows, and where each goes in the caller's dst */
+	uint32_t *cap_rows;
+	size_t *cap_pos;
+	float *cap_vals;
+	size_t cap_n, cap_cap;
+};
+
+/* One piece of a set: the shards' sets, and the merge after it. */
+struct piece {
+	mfs_resident_t *set[MFS_SHARD_MAX];
+	uint32_t *p2[MFS_SHARD_MAX]; /* local user rows sampled for |p|^2 */
+	size_t p2_n[MFS_SHARD_MAX];
+	uint32_t *rows, *cnt;        /* the rows merged after it, and their counts (n x S) */
+	size_t n;
+	mfs_merge_job_t job;
+};
+
+struct sharded_set {
+	uint32_t pieces;
+	struct piece *pc;
+	uint64_t ratings;
+};
+
+struct sharded {
+	uint32_t S;
+	struct shard sh[MFS_SHARD_MAX];
+	int host;               /* the shards work on host arrays: merges here */
+	int threads;            /* run the shards of a set's piece on threads (device engines) */
+	int k;
+	/* since the last merge, per item row: each shard's ratings (cap_items x S), and the rows
+	 * with any, in first-touch order */
+	uint32_t *cnt;
+	uint8_t *in_uni;
+	uint32_t *uni;
+	size_t nuni, cap_i;
+	uint32_t since;         /* batches since the last merge of every row */
+	uint32_t nu[MFS_SHARD_MAX], ni; /* rows each shard has from the caller's model */
+	/* merge scratch */
+	uint32_t *m_rows, *m_cnt;
+	size_t m_cap;
+	float *acc;
+	double *tq;
+	/* progress: per batch not known applied, every shard's ticket */
+	uint64_t *fifo;         /* fcap x S */
+	size_t fhead, fn, fcap;
+	uint64_t ticket, done;
+	/* capture */
+	int cap_pending;
+	float *cap_du;
+	uint64_t merges, rows_merged;
+};
+
+static struct sharded *impl(const mfs_engine_t *e) { return (struct sharded *)e->impl; }
+
+/* ---- the shards' models ------------------------------------------------------------------ */
+
+static int grow_array(void **a, size_t have, size_t want, size_t elem)
+{
+	void *n = aligned_alloc(64, ((want * elem + 63) / 64) * 64);
+	if (!n)
+		return ENOMEM;
+	if (have)
+		memcpy(n, *a, have * elem);
+	free(*a);
+	*a = n;
+	return 0;
+}
+
+/* Room for nu users and ni items in shard model m (capacities double). */
+static int model_reserve(mfs_model_t *m, uint32_t nu, uint32_t ni)
+{
+	const size_t k = (size_t)m->k;
+	if (nu > m->cap_users) {
+		uint32_t c = m->cap_users ? m->cap_users : 1024;
+		while (c < nu)
+			c = c > UINT32_MAX / 2 ? UINT32_MAX : 2 * c;
+		if (grow_array((void **)&m->P, (size_t)m->n_users * k, (size_t)c * k, sizeof(float)) ||
+		    grow_array((void **)&m->bu, m->n_users, c, sizeof(float)))
+			return ENOMEM;
+		m->cap_users = c;
+	}
+	if (ni > m->cap_items) {
+		uint32_t c = m->cap_items ? m->cap_items : 1024;
+		while (c < ni)
+			c = c > UINT32_MAX / 2 ? UINT32_MAX : 2 * c;
+		if (grow_array((void **)&m->Q, (size_t)m->n_items * k, (size_t)c * k, sizeof(float)) ||
+		    grow_array((void **)&m->bi, m->n_items, c, sizeof(float)))
+			return ENOMEM;
+		m->cap_items = c;
+	}
+	return 0;
+}
+
+/* The caller's rows that are new since the last call go to the shards: users to their shard
+ * at local rows, items to every replica; then each engine grows. */
+static int take_rows(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	const mfs_model_t *m = e->model;
+	const uint32_t S = x->S;
+	const size_t k = (size_t)x->k;
+	if (m->n_items > x->cap_i) { /* the counts follow the item table */
+		size_t c = x->cap_i ? x->cap_i : 1024;
+		while (c < m->n_items)
+			c *= 2;
+		uint32_t *cnt = calloc(c * S, sizeof *cnt), *uni = malloc(c * sizeof *uni);
+		uint8_t *in = calloc(c, 1);
+		if (!cnt || !uni || !in) {
+			free(cnt);
+			free(uni);
+			free(in);
+			return ENOMEM;
+		}
+		if (x->cap_i) {
+			memcpy(cnt, x->cnt, x->cap_i * S * sizeof *cnt);
+			memcpy(uni, x->uni, x->nuni * sizeof *uni);
+			memcpy(in, x->in_uni, x->cap_i);
+		}
+		free(x->cnt);
+		free(x->uni);
+		free(x->in_uni);
+		x->cnt = cnt, x->uni = uni, x->in_uni = in, x->cap_i = c;
+	}
+	for (uint32_t s = 0; s < S; s++) {
+		struct shard *sh = &x->sh[s];
+		const uint32_t nu = mfs_shard_rows_in(m->n_users, s, S);
+		if (model_reserve(&sh->m, nu, m->n_items))
+			return ENOMEM;
+		for (uint32_t l = sh->m.n_users; l < nu; l++) {
+			const size_t g = (size_t)l * S + s;
+			memcpy(sh->m.P + (size_t)l * k, m->P + g * k, k * sizeof(float));
+			sh->m.bu[l] = m->bu[g];
+		}
+		if (m->n_items > sh->m.n_items) {
+			const size_t a = sh->m.n_items, n = m->n_items - a;
+			memcpy(sh->m.Q + a * k, m->Q + a * k, n * k * sizeof(float));
+			memcpy(sh->m.bi + a, m->bi + a, n * sizeof(float));
+		}
+		sh->m.n_users = nu;
+		sh->m.n_items = m->n_items;
+		sh->m.mu = m->mu;
+		int rc = mfs_engine_grow(sh->e);
+		if (rc)
+			return rc;
+	}
+	x->ni = m->n_items;
+	return 0;
+}
+
+/* Events the shards applied since the last look, onto the caller's model. */
+static void collect_applied(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	for (uint32_t s = 0; s < x->S; s++) {
+		struct shard *sh = &x->sh[s];
+		e->model->events_applied += sh->m.events_applied - sh->applied;
+		sh->applied = sh->m.events_applied;
+	}
+}
+
+static void share_mu(struct sharded *x, const mfs_model_t *m)
+{
+	for (uint32_t s = 0; s < x->S; s++) {
+		x->sh[s].m.mu = m->mu;
+		x->sh[s].m.mu_sum = m->mu_sum;
+		x->sh[s].m.mu_count = m->mu_count;
+	}
+}
+
+/* ---- merges ------------------------------------------------------------------------------- */
+
+static int merge_reserve(struct sharded *x, size_t n)
+{
+	if (n <= x->m_cap)
+		return 0;
+	size_t c = x->m_cap ? x->m_cap : 1024;
+	while (c < n)
+		c *= 2;
+	uint32_t *rows = realloc(x->m_rows, c * sizeof *rows);
+	if (rows)
+		x->m_rows = rows;
+	uint32_t *cnt = realloc(x->m_cnt, c * x->S * sizeof *cnt);
+	if (cnt)
+		x->m_cnt = cnt;
+	if (!rows || !cnt)
+		return ENOMEM;
+	x->m_cap = c;
+	return 0;
+}
+
+/* Merge job's rows on host arrays: the caller's model's item rows are the base. */
+static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
+{
+	struct sharded *x = impl(e);
+	mfs_model_t *m = e->model;
+	const uint32_t S = x->S;
+	const size_t k = (size_t)x->k;
+	double sum = 0;
+	uint64_t n = 0;
+	for (uint32_t s = 0; s < S; s++) {
+		const double part = mfs_norm2_sum_ref(x->sh[s].m.P, x->k, job->p2_rows[s], job->p2_n[s]);
+		sum = s ? sum + part : part;
+		n += job->p2_n[s];
+	}
+	job->p2 = n ? sum / (double)n : 0;
+	double lb, lq;
+	mfs_merge_logs(&job->hp, x->k, job->p2, &lb, &lq);
+	const float *rep_q[MFS_SHARD_MAX];
+	float rep_b[MFS_SHARD_MAX];
+	for (size_t j = 0; j < job->n; j++) {
+		const uint32_t i = job->rows[j];
+		for (uint32_t s = 0; s < S; s++) {
+			rep_q[s] = x->sh[s].m.Q + i * k;
+			rep_b[s] = x->sh[s].m.bi[i];
+		}
+		mfs_merge_row_ref(x->k, S, job->combine, job->cnt + j * S, m->bi[i], m->Q + i * k, rep_b, rep_q, lb, lq,
+		                  x->acc, x->tq);
+		m->bi[i] = x->acc[0];
+		memcpy(m->Q + i * k, x->acc + 1, k * sizeof(float));
+		for (uint32_t s = 0; s < S; s++) {
+			x->sh[s].m.bi[i] = x->acc[0];
+			memcpy(x->sh[s].m.Q + i * k, x->acc + 1, k * sizeof(float));
+		}
+	}
+	return 0;
+}
+
+static int run_merge(mfs_engine_t *e, mfs_merge_job_t *job)
+{
+	struct sharded *x = impl(e);
+	if (!job->n)
+		return 0;
+	job->combine = MFS_SHARD_BLEND;
+	job->hp = e->hp;
+	int rc;
+	if (x->host) {
+		rc = merge_host(e, job);
+	} else {
+		mfs_engine_t *subs[MFS_SHARD_MAX];
+		for (uint32_t s = 0; s < x->S; s++)
+			subs[s] = x->sh[s].e;
+		rc = x->sh[0].e->iface->merge(subs, x->S, job);
+	}
+	if (!rc) {
+		x->merges++;
+		x->rows_merged += job->n;
+	}
+	return rc;
+}
+
+/* Merge the rows changed since their last merge: all of them, or (hot) those one shard gave
+ * conf.merge_hot ratings or more. BLEND's |p|^2 from the last batch's users. */
+static int merge_pending(mfs_engine_t *e, int hot)
+{
+	struct sharded *x = impl(e);
+	const uint32_t S = x->S, T = e->conf.merge_hot;
+	if (!hot)
+		x->since = 0;
+	if (!x->nuni || (hot && !T))
+		return 0;
+	int rc = merge_reserve(x, x->nuni);
+	if (rc)
+		return rc;
+	size_t n = 0, kept = 0;
+	for (size_t j = 0; j < x->nuni; j++) {
+		const uint32_t i = x->uni[j];
+		const uint32_t *c = x->cnt + (size_t)i * S;
+		uint32_t most = 0;
+		for (uint32_t s = 0; s < S; s++)
+			most = c[s] > most ? c[s] : most;
+		if (hot && most < T) {
+			x->uni[kept++] = i;
+			continue;
+		}
+		x->m_rows[n] = i;
+		memcpy(x->m_cnt + n * S, c, S * sizeof *c);
+		n++;
+	}
+	mfs_merge_job_t job = {.rows = x->m_rows, .n = n, .cnt = x->m_cnt};
+	for (uint32_t s = 0; s < S; s++) {
+		job.p2_rows[s] = x->sh[s].b.u;
+		job.p2_n[s] = x->sh[s].b.n;
+	}
+	if ((rc = run_merge(e, &job)))
+		return rc; /* the counts stay: the rows are still pending */
+	for (size_t j = 0; j < n; j++) {
+		const uint32_t i = x->m_rows[j];
+		memset(x->cnt + (size_t)i * S, 0, S * sizeof *x->cnt);
+		x->in_uni[i] = 0;
+	}
+	x->nuni = kept;
+	return 0;
+}
+
+/* ---- batches ------------------------------------------------------------------------------ */
+
+static int part_reserve(struct part *pt, size_t n)
+{
+	if (n <= pt->cap)
+		return 0;
+	size_t c = pt->cap ? pt->cap : 1024;
+	while (c < n)
+		c *= 2;
+	uint32_t *u = realloc(pt->u, c * sizeof *u);
+	if (u)
+		pt->u = u;
+	uint32_t *i = realloc(pt->i, c * sizeof *i);
+	if (i)
+		pt->i = i;
+	float *r = realloc(pt->r, c * sizeof *r);
+	if (r)
+		pt->r = r;
+	if (!u || !i || !r)
+		return ENOMEM;
+	pt->cap = c;
+	return 0;
+}
+
+static void part_free(struct part *pt)
+{
+	free(pt->u);
+	free(pt->i);
+	free(pt->r);
+}
+
+/* The shard of a rating's user (a rating of an unknown user, MFS_ROW_NONE, on shard 0). */
+static uint32_t shard_of(uint32_t u, uint32_t S) { return u == MFS_ROW_NONE ? 0 : mfs_shard_of_user(u, S); }
+
+/* Split b by user shard, order kept, user rows local; loss: into the shards' loss parts, else
+ * into their batch parts, counting the item rows' ratings and the union of changed rows. */
+static int route(struct sharded *x, const mfs_batch_t *b, int loss)
+{
+	const uint32_t S = x->S;
+	size_t want[MFS_SHARD_MAX] = {0};
+	for (size_t j = 0; j < b->n; j++)
+		want[shard_of(b->u[j], S)]++;
+	for (uint32_t s = 0; s < S; s++) {
+		struct part *pt = loss ? &x->sh[s].l : &x->sh[s].b;
+		if (part_reserve(pt, want[s]))
+			return ENOMEM;
+		pt->n = 0;
+	}
+	for (size_t j = 0; j < b->n; j++) {
+		const uint32_t u = b->u[j], i = b->i[j];
+		const uint32_t s = shard_of(u, S);
+		struct part *pt = loss ? &x->sh[s].l : &x->sh[s].b;
+		pt->u[pt->n] = u == MFS_ROW_NONE ? u : mfs_shard_local_row(u, S);
+		pt->i[pt->n] = i;
+		pt->r[pt->n++] = b->r[j];
+		if (!loss) {
+			x->cnt[(size_t)i * S + s]++;
+			if (!x->in_uni[i]) {
+				x->in_uni[i] = 1;
+				x->uni[x->nuni++] = i;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Pop the batches every shard has applied. */
+static void progress_pop(struct sharded *x)
+{
+	uint64_t applied[MFS_SHARD_MAX], t;
+	for (uint32_t s = 0; s < x->S; s++)
+		mfs_engine_progress(x->sh[s].e, &t, &applied[s]);
+	while (x->fn) {
+		const uint64_t *need = x->fifo + x->fhead * x->S;
+		uint32_t s = 0;
+		while (s < x->S && applied[s] >= need[s])
+			s++;
+		if (s < x->S)
+			break;
+		x->fhead = (x->fhead + 1) % x->fcap;
+		x->fn--;
+		x->done++;
+	}
+}
+
+static int progress_push(struct sharded *x)
+{
+	if (x->fn == x->fcap) {
+		const size_t c = x->fcap ? 2 * x->fcap : 64;
+		uint64_t *f = malloc(c * x->S * sizeof *f);
+		if (!f)
+			return ENOMEM;
+		for (size_t j = 0; j < x->fn; j++)
+			memcpy(f + j * x->S, x->fifo + ((x->fhead + j) % x->fcap) * x->S, x->S * sizeof *f);
+		free(x->fifo);
+		x->fifo = f, x->fhead = 0, x->fcap = c;
+	}
+	uint64_t *slot = x->fifo + ((x->fhead + x->fn) % x->fcap) * x->S, applied;
+	for (uint32_t s = 0; s < x->S; s++)
+		mfs_engine_progress(x->sh[s].e, &slot[s], &applied);
+	x->fn++;
+	x->ticket++;
+	return 0;
+}
+
+static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
+{
+	struct sharded *x = impl(e);
+	int rc = route(x, b, 0);
+	if (rc)
+		return rc;
+	share_mu(x, e->model);
+	for (uint32_t s = 0; s < x->S && !rc; s++) {
+		struct shard *sh = &x->sh[s];
+		if (!sh->b.n)
+			continue;
+		const mfs_batch_t part = {sh->b.u, sh->b.i, sh->b.r, sh->b.n};
+		if ((rc = sh->e->iface->sgd(sh->e, &part, lr_scale, repeat)) == 0)
+			sh->e->sgd_calls++;
+	}
+	collect_applied(e);
+	if (!rc)
+		rc = progress_push(x);
+	progress_pop(x);
+	if (rc)
+		return rc;
+	if (++x->since >= e->conf.merge_batches)
+		return merge_pending(e, 0);
+	return merge_pending(e, 1);
+}
+
+static int sharded_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
+{
+	struct sharded *x = impl(e);
+	int rc = route(x, b, 1);
+	if (rc)
+		return rc;
+	share_mu(x, e->model);
+	double sse = 0, sae = 0;
+	for (uint32_t s = 0; s < x->S; s++) {
+		struct shard *sh = &x->sh[s];
+		mfs_loss_t l = {0};
+		if ((rc = sh->e->iface->loss(sh->e, &(mfs_batch_t){sh->l.u, sh->l.i, sh->l.r, sh->l.n}, &l)))
+			return rc;
+		sse = s ? sse + l.sse : l.sse; /* shard order (S = 1: the engine's own sums) */
+		sae = s ? sae + l.sae : l.sae;
+	}
+	out->sse = sse;
+	out->sae = sae;
+	out->n = b->n;
+	out->rmse = b->n ? sqrt(sse / (double)b->n) : NAN;
+	out->mae = b->n ? sae / (double)b->n : NAN;
+	return 0;
+}
+
+/* ---- sets --------------------------------------------------------------------------------- */
+
+static void set_free(struct sharded *x, struct sharded_set *ss)
+{
+	if (!ss)
+		return;
+	mfs_engine_t *subs[MFS_SHARD_MAX];
+	for (uint32_t s = 0; s < x->S; s++)
+		subs[s] = x->sh[s].e;
+	for (uint32_t p = 0; ss->pc && p < ss->pieces; p++) {
+		struct piece *pc = &ss->pc[p];
+		if (!x->host && x->sh[0].e->iface->merge_forget)
+			x->sh[0].e->iface->merge_forget(subs, x->S, &pc->job);
+		for (uint32_t s = 0; s < x->S; s++) {
+			if (pc->set[s])
+				mfs_engine_resident_free(x->sh[s].e, pc->set[s]);
+			free(pc->p2[s]);
+		}
+		free(pc->rows);
+		free(pc->cnt);
+	}
+	free(ss->pc);
+	free(ss);
+}
+
+/* The merges after each piece, worked out at load (the counts of a set are known): after piece
+ * p the rows one shard gave merge_hot ratings since their last merge, after the last piece
+ * every row with ratings since. part[j]: rating j's piece. */
+static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *part, struct sharded_set *ss)
+{
+	struct sharded *x = impl(e);
+	const uint32_t S = x->S, P = ss->pieces, T = e->conf.merge_hot, ni = e->model->n_items;
+	uint32_t *acc = calloc((size_t)ni * S + 1, sizeof *acc);
+	size_t *pstart = calloc((size_t)P + 1, sizeof *pstart);
+	uint32_t *order = malloc((b->n ? b->n : 1) * sizeof *order);
+	int rc = acc && pstart && order ? 0 : ENOMEM;
+	if (!rc) { /* the ratings of each piece, in order */
+		for (size_t j = 0; j < b->n; j++)
+			pstart[part[j] + 1]++;
+		for (uint32_t p = 0; p < P; p++)
+			pstart[p + 1] += pstart[p];
+		size_t *at = malloc(((size_t)P + 1) * sizeof *at);
+		if (!at) {
+			rc = ENOMEM;
+		} else {
+			memcpy(at, pstart, ((size_t)P + 1) * sizeof *at);
+			for (size_t j = 0; j < b->n; j++)
+				order[at[part[j]]++] = (uint32_t)j;
+			free(at);
+		}
+	}
+	for (uint32_t p = 0; p < P && !rc; p++) {
+		struct piece *pc = &ss->pc[p];
+		size_t touched = 0;
+		for (size_t y = pstart[p]; y < pstart[p + 1]; y++) {
+			const size_t j = order[y];
+			if (b->u[j] == MFS_ROW_NONE || b->i[j] == MFS_ROW_NONE)
+				continue;
+			acc[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)]++;
+		}
+		const int last = p + 1 == P;
+		/* the due rows: scan the table (loads are rare; a set covers most items anyway) */
+		for (uint32_t i = 0; i < ni; i++) {
+			const uint32_t *c = acc + (size_t)i * S;
+			uint32_t most = 0;
+			for (uint32_t s = 0; s < S; s++)
+				most = c[s] > most ? c[s] : most;
+			touched += most && (last || (T && most >= T));
+		}
+		pc->rows = malloc((touched ? touched : 1) * sizeof *pc->rows);
+		pc->cnt = malloc((touched ? touched : 1) * S * sizeof *pc->cnt);
+		if (!pc->rows || !pc->cnt) {
+			rc = ENOMEM;
+			break;
+		}
+		for (uint32_t i = 0; i < ni; i++) {
+			uint32_t *c = acc + (size_t)i * S;
+			uint32_t most = 0;
+			for (uint32_t s = 0; s < S; s++)
+				most = c[s] > most ? c[s] : most;
+			if (!most || !(last || (T && most >= T)))
+				continue;
+			pc->rows[pc->n] = i;
+			memcpy(pc->cnt + pc->n * S, c, S * sizeof *c);
+			memset(c, 0, S * sizeof *c);
+			pc->n++;
+		}
+		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1};
+		for (uint32_t s = 0; s < S; s++) {
+			pc->job.p2_rows[s] = pc->p2[s];
+			pc->job.p2_n[s] = pc->p2_n[s];
+		}
+	}
+	free(acc);
+	free(pstart);
+	free(order);
+	return rc;
+}
+
+static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
+{
+	struct sharded *x = impl(e);
+	const uint32_t S = x->S;
+	const uint32_t P = e->conf.merge_pieces ? e->conf.merge_pieces : 1;
+	const size_t n = b->n, cells = (size_t)P * S;
+	struct sharded_set *ss = calloc(1, sizeof *ss);
+	uint8_t *part = malloc(n ? n : 1);
+	size_t *start = calloc(cells + 1, sizeof *start), *at = malloc((cells + 1) * sizeof *at);
+	uint32_t *u = malloc((n ? n : 1) * sizeof *u), *it = malloc((n ? n : 1) * sizeof *it);
+	float *r = malloc((n ? n : 1) * sizeof *r);
+	int rc = ss && part && start && at && u && it && r && P <= 255 ? 0 : P > 255 ? MFS_EINVAL : ENOMEM;
+	if (!rc) {
+		ss->pieces = P;
+		ss->ratings = n;
+		if (!(ss->pc = calloc(P, sizeof *ss->pc)))
+			rc = ENOMEM;
+	}
+	if (!rc) {
+		/* each rating's piece: a seeded draw (a file sorted by user or time still gives pieces
+		 * alike); then the ratings by (piece, shard), order kept, user rows local */
+		mfs_rng_t g;
+		mfs_rng_seed(&g, e->conf.seed ^ 0x5A4D1ECEull);
+		for (size_t j = 0; j < n; j++) {
+			part[j] = (uint8_t)mfs_rng_below(&g, P);
+			start[(size_t)part[j] * S + shard_of(b->u[j], S) + 1]++;
+		}
+		for (size_t c = 0; c < cells; c++)
+			start[c + 1] += start[c];
+		memcpy(at, start, (cells + 1) * sizeof *at);
+		for (size_t j = 0; j < n; j++) {
+			const size_t y = at[(size_t)part[j] * S + shard_of(b->u[j], S)]++;
+			u[y] = b->u[j] == MFS_ROW_NONE ? MFS_ROW_NONE : mfs_shard_local_row(b->u[j], S);
+			it[y] = b->i[j];
+			r[y] = b->r[j];
+		}
+	}
+	share_mu(x, e->model);
+	for (uint32_t p = 0; p < P && !rc; p++) {
+		struct piece *pc = &ss->pc[p];
+		for (uint32_t s = 0; s < S && !rc; s++) {
+			const size_t lo = start[(size_t)p * S + s], cnt = start[(size_t)p * S + s + 1] - lo;
+			/* |p|^2's sample: every (cnt / P2_SAMPLE)-th rating's user */
+			const size_t step = cnt > P2_SAMPLE ? (cnt + P2_SAMPLE - 1) / P2_SAMPLE : 1;
+			size_t have = 0;
+			if (!(pc->p2[s] = malloc((cnt / step + 1) * sizeof *pc->p2[s]))) {
+				rc = ENOMEM;
+				break;
+			}
+			for (size_t j = 0; j < cnt; j += step)
+				if (u[lo + j] != MFS_ROW_NONE)
+					pc->p2[s][have++] = u[lo + j];
+			pc->p2_n[s] = have;
+			rc = mfs_engine_resident_load(x->sh[s].e, &(mfs_batch_t){u + lo, it + lo, r + lo, cnt}, &pc->set[s]);
+		}
+	}
+	if (!rc)
+		rc = plan_merges(e, b, part, ss);
+	free(part);
+	free(start);
+	free(at);
+	free(u);
+	free(it);
+	free(r);
+	if (rc) {
+		set_free(x, ss);
+		return rc;
+	}
+	*out = (mfs_resident_t *)ss;
+	return 0;
+}
+
+static void sharded_resident_free(mfs_engine_t *e, mfs_resident_t *s)
+{
+	set_free(impl(e), (struct sharded_set *)s);
+}
+
+struct epoch_arg {
+	mfs_engine_t *e;
+	mfs_resident_t *set;
+	uint64_t epoch;
+	int rc;
+	pthread_t tid;
+	int started;
+};
+
+static void *epoch_main(void *arg)
+{
+	struct epoch_arg *a = arg;
+	a->rc = mfs_engine_sgd_epoch(a->e, a->set, a->epoch);
+	return NULL;
+}
+
+static int sharded_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
+{
+	struct sharded *x = impl(e);
+	struct sharded_set *ss = (struct sharded_set *)s;
+	/* what batches left pending first: the set's plan starts from merged replicas */
+	int rc = merge_pending(e, 0);
+	share_mu(x, e->model);
+	for (uint32_t p = 0; p < ss->pieces && !rc; p++) {
+		struct epoch_arg a[MFS_SHARD_MAX];
+		struct piece *pc = &ss->pc[p];
+		for (uint32_t sh = 0; sh < x->S; sh++) {
+			a[sh] = (struct epoch_arg){x->sh[sh].e, pc->set[sh], epoch * ss->pieces + p, 0, 0, 0};
+			/* device engines at once, a thread each (the caller runs the last) */
+			if (x->threads && sh + 1 < x->S && pthread_create(&a[sh].tid, NULL, epoch_main, &a[sh]) == 0)
+				a[sh].started = 1;
+			else
+				epoch_main(&a[sh]);
+		}
+		for (uint32_t sh = 0; sh < x->S; sh++) {
+			if (a[sh].started)
+				pthread_join(a[sh].tid, NULL);
+			if (a[sh].rc && !rc)
+				rc = a[sh].rc;
+		}
+		collect_applied(e);
+		if (!rc)
+			rc = run_merge(e, &pc->job);
+	}
+	return rc;
+}
+
+static int sharded_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out)
+{
+	struct sharded *x = impl(e);
+	struct sharded_set *ss = (struct sharded_set *)s;
+	share_mu(x, e->model);
+	double sse = 0, sae = 0;
+	int first = 1;
+	for (uint32_t sh = 0; sh < x->S; sh++)
+		for (uint32_t p = 0; p < ss->pieces; p++) {
+			mfs_loss_t l = {0};
+			int rc = mfs_engine_loss_resident(x->sh[sh].e, ss->pc[p].set[sh], &l);
+			if (rc)
+				return rc;
+			sse = first ? l.sse : sse + l.sse;
+			sae = first ? l.sae : sae + l.sae;
+			first = 0;
+		}
+	out->sse = sse;
+	out->sae = sae;
+	out->n = ss->ratings;
+	out->rmse = ss->ratings ? sqrt(sse / (double)ss->ratings) : NAN;
+	out->mae = ss->ratings ? sae / (double)ss->ratings : NAN;
+	return 0;
+}
+
+/* ---- rows in and out ---------------------------------------------------------------------- */
+
+static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
+{
+	struct sharded *x = impl(e);
+	const mfs_model_t *m = e->model;
+	const uint32_t S = x->S;
+	const size_t k = (size_t)x->k;
+	int rc = 0;
+	if (ent == 1) { /* every replica takes the fresh values; the base is the caller's (host) */
+		for (size_t j = 0; j < n; j++) {
+			const uint32_t i = rows[j];
+			if (i >= x->ni)
+				continue;
+			if (x->in_uni[i]) /* its old counts are another id's: nothing left to merge */
+				memset(x->cnt + (size_t)i * S, 0, S * sizeof *x->cnt);
+			for (uint32_t s = 0; s < S; s++) {
+				memcpy(x->sh[s].m.Q + (size_t)i * k, m->Q + (size_t)i * k, k * sizeof(float));
+				x->sh[s].m.bi[i] = m->bi[i];
+			}
+		}
+		for (uint32_t s = 0; s < S && !rc; s++)
+			rc = mfs_engine_reset_rows(x->sh[s].e, 1, rows, n, in_flight);
+		return rc;
+	}
+	uint32_t *loc = malloc((n ? n : 1) * sizeof *loc);
+	if (!loc)
+		return ENOMEM;
+	for (uint32_t s = 0; s < S && !rc; s++) {
+		struct shard *sh = &x->sh[s];
+		size_t c = 0;
+		for (size_t j = 0; j < n; j++) {
+			if (mfs_shard_of_user(rows[j], S) != s)
+				continue;
+			const uint32_t l = mfs_shard_local_row(rows[j], S);
+			if (l >= sh->m.n_users)
+				continue;
+			memcpy(sh->m.P + (size_t)l * k, m->P + (size_t)rows[j] * k, k * sizeof(float));
+			sh->m.bu[l] = m->bu[rows[j]];
+			loc[c++] = l;
+		}
+		rc = mfs_engine_reset_rows(sh->e, 0, loc, c, in_flight);
+	}
+	free(loc);
+	return rc;
+}
+
+static int sharded_sync(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	mfs_model_t *m = e->model;
+	const size_t k = (size_t)x->k;
+	int rc = merge_pending(e, 0);
+	for (uint32_t s = 0; s < x->S && !rc; s++) {
+		struct shard *sh = &x->sh[s];
+		if ((rc = mfs_engine_sync(sh->e)))
+			break;
+		for (uint32_t l = 0; l < sh->m.n_users; l++) {
+			const size_t g = (size_t)l * x->S + s;
+			memcpy(m->P + g * k, sh->m.P + (size_t)l * k, k * sizeof(float));
+			m->bu[g] = sh->m.bu[l];
+		}
+	}
+	if (!rc && !x->host) { /* the replicas agree: shard 0's is the table */
+		memcpy(m->Q, x->sh[0].m.Q, (size_t)x->sh[0].m.n_items * k * sizeof(float));
+		memcpy(m->bi, x->sh[0].m.bi, (size_t)x->sh[0].m.n_items * sizeof(float));
+	}
+	collect_applied(e);
+	return rc;
+}
+
+static int cap_reserve(struct shard *sh, size_t n, int k)
+{
+	if (n <= sh->cap_cap)
+		return 0;
+	size_t c = sh->cap_cap ? sh->cap_cap : 1024;
+	while (c < n)
+		c *= 2;
+	free(sh->cap_rows);
+	free(sh->cap_pos);
+	free(sh->cap_vals);
+	sh->cap_rows = malloc(c * sizeof *sh->cap_rows);
+	sh->cap_pos = malloc(c * sizeof *sh->cap_pos);
+	sh->cap_vals = malloc(c * (1 + (size_t)k) * sizeof *sh->cap_vals);
+	if (!sh->cap_rows || !sh->cap_pos || !sh->cap_vals) {
+		sh->cap_cap = 0;
+		return ENOMEM;
+	}
+	sh->cap_cap = c;
+	return 0;
+}
+
+static int sharded_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+                           float *di)
+{
+	struct sharded *x = impl(e);
+	const uint32_t S = x->S;
+	int rc = merge_pending(e, 0); /* one item table */
+	for (uint32_t s = 0; s < S && !rc; s++)
+		x->sh[s].cap_n = 0;
+	size_t want[MFS_SHARD_MAX] = {0};
+	for (size_t j = 0; j < nu; j++)
+		want[mfs_shard_of_user(ur[j], S)]++;
+	for (uint32_t s = 0; s < S && !rc; s++)
+		rc = cap_reserve(&x->sh[s], want[s], x->k);
+	if (rc)
+		return rc;
+	for (size_t j = 0; j < nu; j++) {
+		struct shard *sh = &x->sh[mfs_shard_of_user(ur[j], S)];
+		sh->cap_rows[sh->cap_n] = mfs_shard_local_row(ur[j], S);
+		sh->cap_pos[sh->cap_n++] = j;
+	}
+	for (uint32_t s = 0; s < S && !rc; s++) {
+		struct shard *sh = &x->sh[s];
+		rc = mfs_engine_capture(sh->e, sh->cap_rows, sh->cap_n, sh->cap_vals, s ? NULL : ir, s ? 0 : ni,
+		                        s ? NULL : di);
+	}
+	if (!rc) {
+		x->cap_pending = 1;
+		x->cap_du = du;
+	}
+	return rc;
+}
+
+static int sharded_capture_wait(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	if (!x->cap_pending)
+		return 0;
+	int rc = 0;
+	const size_t row = 1 + (size_t)x->k;
+	for (uint32_t s = 0; s < x->S; s++) {
+		struct shard *sh = &x->sh[s];
+		int r = mfs_engine_capture_wait(sh->e);
+		if (r && !rc)
+			rc = r;
+		if (r)
+			continue;
+		for (size_t j = 0; j < sh->cap_n; j++)
+			memcpy(x->cap_du + sh->cap_pos[j] * row, sh->cap_vals + j * row, row * sizeof(float));
+	}
+	x->cap_pending = 0;
+	return rc;
+}
+
+static int sharded_drain(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	int rc = 0;
+	for (uint32_t s = 0; s < x->S && !rc; s++)
+		rc = mfs_engine_drain(x->sh[s].e);
+	if (!rc)
+		progress_pop(x);
+	return rc;
+}
+
+static void sharded_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
+{
+	struct sharded *x = impl(e);
+	progress_pop(x);
+	*ticket = x->ticket;
+	*applied = x->done;
+}
+
+/* The device that is fullest (used / total). */
+static int sharded_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
+{
+	struct sharded *x = impl(e);
+	int rc = MFS_ENODEV;
+	double worst = -1;
+	for (uint32_t s = 0; s < x->S; s++) {
+		uint64_t u = 0, t = 0;
+		if (mfs_engine_memory(x->sh[s].e, &u, &t) || !t)
+			continue;
+		if ((double)u / (double)t > worst) {
+			worst = (double)u / (double)t;
+			*used = u, *total = t;
+			rc = 0;
+		}
+	}
+	return rc;
+}
+
+static int sharded_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
+{
+	struct sharded *x = impl(e);
+	for (uint32_t s = 0; s < x->S; s++) {
+		int rc = mfs_engine_set_hparams(x->sh[s].e, hp);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+static void sharded_close(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	if (!x)
+		return;
+	if (x->merges)
+		mfs_info("engine", "msg=\"sharded engine\" shards=%u merges=%llu rows_merged=%llu", x->S,
+		         (unsigned long long)x->merges, (unsigned long long)x->rows_merged);
+	for (uint32_t s = 0; s < x->S; s++) {
+		struct shard *sh = &x->sh[s];
+		mfs_engine_close(sh->e);
+		free(sh->m.P);
+		free(sh->m.Q);
+		free(sh->m.bu);
+		free(sh->m.bi);
+		part_free(&sh->b);
+		part_free(&sh->l);
+		free(sh->cap_rows);
+		free(sh->cap_pos);
+		free(sh->cap_vals);
+	}
+	free(x->cnt);
+	free(x->in_uni);
+	free(x->uni);
+	free(x->m_rows);
+	free(x->m_cnt);
+	free(x->acc);
+	free(x->tq);
+	free(x->fifo);
+	free(x);
+	e->impl = NULL;
+}
+
+static int sharded_open(mfs_engine_t *e, char *errstr, size_t es)
+{
+	const mfs_engine_conf_t *c = &e->conf;
+	mfs_model_t *m = e->model;
+	uint32_t S = c->shards;
+	if (S == MFS_SHARDS_ALL) {
+#ifdef MFS_HAVE_CUDA
+		char why[256];
+		S = (uint32_t)mfs_cuda_probe(0, why, sizeof why);
+		if (S < 1)
+			return mfs_errf(errstr, es, MFS_ENODEV, "engine.devices=all: no CUDA device answers (%s)", why);
+#else
+		return mfs_errf(errstr, es, MFS_ENODEV, "engine.devices=all: this build has no CUDA engine");
+#endif
+	}
+	if (S < 2 || S > MFS_SHARD_MAX)
+		return mfs_errf(errstr, es, MFS_EINVAL, "engine: %u shards (want 2..%d)", S, MFS_SHARD_MAX);
+	if (c->merge_batches < 1 || c->merge_pieces < 1 || c->merge_pieces > 255)
+		return mfs_errf(errstr, es, MFS_EINVAL,
+		                "engine: engine.merge_batches >= 1 and engine.merge_pieces in 1..255 wanted");
+	struct sharded *x = calloc(1, sizeof *x);
+	if (!x)
+		return mfs_errf(errstr, es, ENOMEM, "engine: out of memory");
+	e->impl = x;
+	x->S = S;
+	x->k = m->k;
+	x->acc = malloc(((size_t)m->k + 1) * sizeof *x->acc);
+	x->tq = malloc((size_t)m->k * sizeof *x->tq);
+	if (!x->acc || !x->tq) {
+		sharded_close(e);
+		return mfs_errf(errstr, es, ENOMEM, "engine: out of memory");
+	}
+	for (uint32_t s = 0; s < S; s++) {
+		struct shard *sh = &x->sh[s];
+		sh->m.k = m->k;
+		sh->m.init_scale = m->init_scale;
+		sh->m.seed = m->seed;
+		sh->m.engine_init_from[0] = sh->m.engine_init_from[1] = MFS_ROW_NONE;
+		mfs_engine_conf_t sc = *c;
+		sc.shards = 1;
+		sc.items_base = 1;
+		sc.device = c->shards == MFS_SHARDS_ALL ? (int)s : c->devices[s];
+		int rc = mfs_engine_open(&sc, &sh->m, &sh->e, errstr, es);
+		if (rc) {
+			sharded_close(e);
+			return rc;
+		}
+	}
+	x->host = x->sh[0].e->iface->merge == NULL;
+	x->threads = !x->host;
+	int rc = take_rows(e);
+	if (rc) {
+		sharded_close(e);
+		return mfs_errf(errstr, es, rc, "engine: cannot place the model on %u shards", S);
+	}
+	mfs_info("engine", "msg=\"sharded engine\" shards=%u engine=%s merge=%s merge_batches=%u merge_hot=%u "
+	         "merge_pieces=%u",
+	         S, mfs_engine_name(x->sh[0].e), x->host ? "host" : "device", c->merge_batches, c->merge_hot,
+	         c->merge_pieces);
+	return 0;
+}
+
+const struct mfs_engine_i mfs_engine_sharded_i = {
+	.name = "sharded",
+	.open = sharded_open,
+	.close = sharded_close,
+	.set_hparams = sharded_set_hparams,
+	.grow = take_rows,
+	.sgd = sharded_sgd,
+	.loss = sharded_loss,
+	.resident_load = sharded_resident_load,
+	.resident_free = sharded_resident_free,
+	.sgd_epoch = sharded_sgd_epoch,
+	.loss_resident = sharded_loss_resident,
+	.sync = sharded_sync,
+	.memory = sharded_memory,
+	.drain = sharded_drain,
+	.progress = sharded_progress,
+	.capture = sharded_capture,
+	.capture_wait = sharded_capture_wait,
+	.reset_rows = sharded_reset_rows,
+};

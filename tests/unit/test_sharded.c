@@ -1,0 +1,336 @@
+/* test_sharded.c - the sharded engine (gpu/sharded.c, engine.devices) over CPU shards.
+ *
+ * Covers: with deterministic CPU shards the engine reproduces the CPU reference of the sharded
+ * algorithm (gpu/cpu/shard_ref.c, allreduce with BLEND and hot rows) bit for bit - factors,
+ * biases, events applied and the loss - for 2 and 3 shards, several merge periods and hot
+ * thresholds; the replicas agree after a sync; progress and drain; capture gives the values sync
+ * gives; rows added between batches (grow) and rows given to new ids (reset_rows) reach their
+ * shards; resident epochs on 2 shards reach the one-engine test RMSE within 2 % on a planted
+ * problem (uniform and Zipf 1.2 items); validation of the shard count.
+ * No timing: the tests hold on a slow, loaded machine.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "gpu/cpu/shard_ref.h"
+#include "gpu/engine.h"
+#include "gpu/shard.h"
+#include "testhelp.h"
+#include "model_help.h"
+
+/* A planted rank-4 problem: uniform users, items uniform or Zipf(zipf); n training then tn test
+ * ratings. */
+struct planted {
+	uint32_t *u, *i;
+	float *r;
+	size_t n, tn;
+	double mean;
+};
+
+static void planted(struct planted *pl, uint32_t nu, uint32_t ni, size_t n, size_t tn, double zipf, uint64_t seed)
+{
+	const int R = 4;
+	mfs_rng_t g;
+	mfs_rng_seed(&g, seed);
+	double *P = malloc((size_t)nu * R * sizeof *P), *Q = malloc((size_t)ni * R * sizeof *Q);
+	double *cdf = malloc(ni * sizeof *cdf), total = 0;
+	for (uint32_t x = 0; x < ni; x++)
+		cdf[x] = (total += zipf > 0 ? pow((double)x + 1, -zipf) : 1.0);
+	for (size_t x = 0; x < (size_t)nu * R; x++)
+		P[x] = 0.6 * mfs_rng_normal(&g);
+	for (size_t x = 0; x < (size_t)ni * R; x++)
+		Q[x] = 0.6 * mfs_rng_normal(&g);
+	pl->n = n, pl->tn = tn;
+	pl->u = malloc((n + tn) * sizeof *pl->u);
+	pl->i = malloc((n + tn) * sizeof *pl->i);
+	pl->r = malloc((n + tn) * sizeof *pl->r);
+	double sum = 0;
+	for (size_t x = 0; x < n + tn; x++) {
+		const uint32_t u = (uint32_t)mfs_rng_below(&g, nu);
+		uint32_t i = 0;
+		const double y = mfs_rng_uniform(&g) * total;
+		uint32_t lo = 0, hi = ni - 1;
+		while (lo < hi) {
+			const uint32_t mid = (lo + hi) / 2;
+			if (cdf[mid] <= y)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		i = lo;
+		double d = 3.0 + 0.3 * sin((double)u) + 0.3 * cos((double)i);
+		for (int f = 0; f < R; f++)
+			d += P[(size_t)u * R + f] * Q[(size_t)i * R + f];
+		pl->u[x] = u, pl->i[x] = i;
+		pl->r[x] = (float)(d + 0.3 * mfs_rng_normal(&g));
+		if (x < n)
+			sum += pl->r[x];
+	}
+	pl->mean = sum / (double)n;
+	free(P);
+	free(Q);
+	free(cdf);
+}
+
+static void planted_free(struct planted *pl)
+{
+	free(pl->u);
+	free(pl->i);
+	free(pl->r);
+}
+
+static mfs_model_t *mk_model(int k, uint32_t nu, uint32_t ni, double mean)
+{
+	mfs_model_t *m = model_with_rows(k, nu, ni, 11);
+	if (m)
+		mfs_model_observe(m, mean, 1);
+	return m;
+}
+
+static mfs_engine_t *open_sharded(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces, int det)
+{
+	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 1, .deterministic = det, .seed = 3, .shards = S,
+	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces};
+	mfs_engine_t *e = NULL;
+	char err[256];
+	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
+	TEST_ASSERT_MSG(rc == 0, "open: %s", err);
+	return e;
+}
+
+static int same_floats(const float *a, const float *b, size_t n)
+{
+	for (size_t x = 0; x < n; x++)
+		if (memcmp(&a[x], &b[x], sizeof *a)) {
+			fprintf(stderr, "  first difference at %zu: %.9g vs %.9g\n", x, (double)a[x], (double)b[x]);
+			return 0;
+		}
+	return 1;
+}
+
+static const mfs_hparams_t HP = {0.05f, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
+
+/* The engine against the reference on the same batches: bit for bit after a final merge. */
+static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
+{
+	const int k = 8;
+	const uint32_t nu = 300, ni = 120;
+	const size_t batch = 500;
+	struct planted pl;
+	planted(&pl, nu, ni, 20000, 3000, zipf, 5 + S);
+	mfs_model_t *a = mk_model(k, nu, ni, pl.mean), *b = mk_model(k, nu, ni, pl.mean);
+	TEST_ASSERT(a && b);
+	mfs_engine_t *e = open_sharded(a, S, every, hot, 1, 1);
+	mfs_shard_conf_t rc_conf = {.shards = S, .scheme = MFS_SHARD_ALLREDUCE, .batch = batch, .exchange_every = every,
+	                            .combine = MFS_SHARD_BLEND, .threads = 1, .hot_ratings = hot};
+	mfs_shard_ref_t *r = NULL;
+	char err[256];
+	TEST_ASSERT_MSG(mfs_shard_ref_init(&rc_conf, b, &r, err, sizeof err) == 0, "%s", err);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	TEST_OK(mfs_shard_ref_set_hparams(r, &HP));
+	for (size_t off = 0; off < pl.n; off += batch) {
+		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, pl.n - off < batch ? pl.n - off : batch};
+		TEST_OK(mfs_engine_sgd(e, &bt));
+		TEST_OK(mfs_shard_ref_sgd(r, &bt));
+	}
+	/* the loss before any final merge: each shard against its own replica, summed in order */
+	const mfs_batch_t te = {pl.u + pl.n, pl.i + pl.n, pl.r + pl.n, pl.tn};
+	mfs_loss_t la, lb;
+	TEST_OK(mfs_engine_loss(e, &te, &la));
+	TEST_OK(mfs_shard_ref_loss(r, &te, &lb));
+	TEST_ASSERT_MSG(la.sse == lb.sse && la.sae == lb.sae && la.n == lb.n, "loss %.17g vs %.17g", la.sse, lb.sse);
+	TEST_OK(mfs_engine_sync(e));      /* merges what is pending */
+	TEST_OK(mfs_shard_ref_exchange(r)); /* the same */
+	TEST_ASSERT_MSG(same_floats(a->P, b->P, (size_t)nu * k), "S=%u every=%u hot=%u: P", S, every, hot);
+	TEST_ASSERT_MSG(same_floats(a->Q, b->Q, (size_t)ni * k), "S=%u every=%u hot=%u: Q", S, every, hot);
+	TEST_ASSERT(same_floats(a->bu, b->bu, nu));
+	TEST_ASSERT(same_floats(a->bi, b->bi, ni));
+	TEST_EQ_INT(a->events_applied, b->events_applied);
+	TEST_EQ_INT(a->events_applied, pl.n);
+	/* after the merge every replica is the table: the loss agrees again */
+	TEST_OK(mfs_engine_loss(e, &te, &la));
+	TEST_OK(mfs_shard_ref_loss(r, &te, &lb));
+	TEST_ASSERT(la.sse == lb.sse);
+	uint64_t ticket = 0, applied = 0;
+	mfs_engine_progress(e, &ticket, &applied);
+	TEST_EQ_INT(ticket, (pl.n + batch - 1) / batch);
+	TEST_EQ_INT(applied, ticket);
+	mfs_engine_close(e);
+	mfs_shard_ref_free(r);
+	mfs_model_free(a);
+	mfs_model_free(b);
+	planted_free(&pl);
+}
+
+static void test_parity_with_reference(void)
+{
+	parity_case(2, 1, 0, 0);
+	parity_case(2, 4, 0, 1.2);
+	parity_case(2, 4, 3, 1.2);
+	parity_case(3, 5, 8, 0.8);
+	parity_case(3, 1000, 2, 1.2); /* hot rows only, until the final merge */
+}
+
+/* A model that did not merge in between differs from one that did: the parity above is not
+ * an accident of rows no two shards share. */
+static void test_merges_matter(void)
+{
+	const int k = 8;
+	struct planted pl;
+	planted(&pl, 200, 50, 6000, 10, 1.2, 9);
+	mfs_model_t *a = mk_model(k, 200, 50, pl.mean), *b = mk_model(k, 200, 50, pl.mean);
+	mfs_engine_t *ea = open_sharded(a, 2, 1, 0, 1, 1), *eb = open_sharded(b, 2, 1000, 0, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(ea, &HP));
+	TEST_OK(mfs_engine_set_hparams(eb, &HP));
+	for (size_t off = 0; off < pl.n; off += 500) {
+		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, 500};
+		TEST_OK(mfs_engine_sgd(ea, &bt));
+		TEST_OK(mfs_engine_sgd(eb, &bt));
+	}
+	TEST_OK(mfs_engine_sync(ea));
+	TEST_OK(mfs_engine_sync(eb));
+	TEST_ASSERT(memcmp(a->Q, b->Q, 50 * (size_t)k * sizeof(float)) != 0);
+	mfs_engine_close(ea);
+	mfs_engine_close(eb);
+	mfs_model_free(a);
+	mfs_model_free(b);
+	planted_free(&pl);
+}
+
+/* Capture returns what sync writes, users from their shards in the order asked, items merged. */
+static void test_capture_and_growth(void)
+{
+	const int k = 8;
+	struct planted pl;
+	planted(&pl, 100, 40, 4000, 10, 0.8, 13);
+	mfs_model_t *m = mk_model(k, 60, 40, pl.mean); /* users 60..99 arrive later */
+	mfs_engine_t *e = open_sharded(m, 3, 3, 4, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	size_t off = 0;
+	for (; off < pl.n; off += 400) {
+		mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, 400};
+		for (size_t j = 0; j < bt.n; j++) /* a new user gets its row first */
+			while (bt.u[j] >= m->n_users)
+				add_user(m, mfs_id_u64(m->n_users));
+		TEST_OK(mfs_engine_grow(e));
+		TEST_OK(mfs_engine_sgd(e, &bt));
+	}
+	TEST_EQ_INT(m->n_users, 100);
+	const uint32_t ur[] = {99, 0, 61, 5, 61}, ir[] = {3, 0, 39};
+	float du[5 * 9], di[3 * 9];
+	TEST_OK(mfs_engine_capture(e, ur, 5, du, ir, 3, di));
+	TEST_OK(mfs_engine_capture_wait(e));
+	TEST_OK(mfs_engine_sync(e));
+	for (int j = 0; j < 5; j++) {
+		TEST_ASSERT(du[j * 9] == m->bu[ur[j]]);
+		TEST_ASSERT(!memcmp(du + j * 9 + 1, m->P + (size_t)ur[j] * k, k * sizeof(float)));
+	}
+	for (int j = 0; j < 3; j++) {
+		TEST_ASSERT(di[j * 9] == m->bi[ir[j]]);
+		TEST_ASSERT(!memcmp(di + j * 9 + 1, m->Q + (size_t)ir[j] * k, k * sizeof(float)));
+	}
+	/* a user row and an item row given to new ids: fresh values on their shards */
+	const uint32_t ru = 61, ri = 3;
+	for (int f = 0; f < k; f++) {
+		m->P[(size_t)ru * k + f] = 0.5f;
+		m->Q[(size_t)ri * k + f] = -0.25f;
+	}
+	m->bu[ru] = 0.125f;
+	m->bi[ri] = -0.125f;
+	TEST_OK(mfs_engine_reset_rows(e, 0, &ru, 1, 0));
+	TEST_OK(mfs_engine_reset_rows(e, 1, &ri, 1, 0));
+	TEST_OK(mfs_engine_capture(e, &ru, 1, du, &ri, 1, di));
+	TEST_OK(mfs_engine_capture_wait(e));
+	TEST_ASSERT(du[0] == 0.125f && du[1] == 0.5f && du[8] == 0.5f);
+	TEST_ASSERT(di[0] == -0.125f && di[1] == -0.25f && di[8] == -0.25f);
+	TEST_OK(mfs_engine_drain(e));
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	planted_free(&pl);
+}
+
+/* Resident epochs: pieces, hot rows after each, every row at the end; 2 shards within 2 % of one
+ * engine on the test set, uniform and skewed items. */
+static void epochs_case(double zipf)
+{
+	const int k = 16;
+	const uint32_t nu = 2000, ni = 500;
+	struct planted pl;
+	planted(&pl, nu, ni, 200000, 20000, zipf, 17);
+	const mfs_batch_t tr = {pl.u, pl.i, pl.r, pl.n}, te = {pl.u + pl.n, pl.i + pl.n, pl.r + pl.n, pl.tn};
+	double rmse[2];
+	for (int v = 0; v < 2; v++) {
+		mfs_model_t *m = mk_model(k, nu, ni, pl.mean);
+		mfs_engine_t *e = NULL;
+		if (v == 0) {
+			mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 2, .seed = 3};
+			char err[256];
+			TEST_ASSERT_MSG(mfs_engine_open(&ec, m, &e, err, sizeof err) == 0, "%s", err);
+		} else {
+			e = open_sharded(m, 2, 1, 16, 8, 0);
+		}
+		TEST_OK(mfs_engine_set_hparams(e, &HP));
+		mfs_resident_t *set = NULL, *tset = NULL;
+		TEST_OK(mfs_engine_resident_load(e, &tr, &set));
+		TEST_OK(mfs_engine_resident_load(e, &te, &tset));
+		for (uint64_t ep = 0; ep < 12; ep++)
+			TEST_OK(mfs_engine_sgd_epoch(e, set, ep));
+		TEST_EQ_INT(m->events_applied, 12 * pl.n);
+		mfs_loss_t l, l2;
+		TEST_OK(mfs_engine_loss_resident(e, tset, &l));
+		TEST_OK(mfs_engine_loss(e, &te, &l2));
+		TEST_NEAR(l.rmse, l2.rmse, 1e-5);
+		rmse[v] = l.rmse;
+		mfs_engine_resident_free(e, set);
+		mfs_engine_resident_free(e, tset);
+		mfs_engine_close(e);
+		mfs_model_free(m);
+	}
+	fprintf(stderr, "  zipf %.1f: one engine %.5f, 2 shards %.5f (%+.2f %%)\n", zipf, rmse[0], rmse[1],
+	        100 * (rmse[1] - rmse[0]) / rmse[0]);
+	TEST_ASSERT(rmse[0] < 0.6); /* it learned something */
+	TEST_ASSERT_MSG(rmse[1] <= rmse[0] * 1.02, "%.5f vs %.5f", rmse[1], rmse[0]);
+	planted_free(&pl);
+}
+
+static void test_epochs_accuracy(void)
+{
+	epochs_case(0);
+	epochs_case(1.2);
+}
+
+static void test_validation(void)
+{
+	mfs_model_t *m = mk_model(8, 10, 10, 3);
+	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .shards = MFS_SHARD_MAX + 1, .merge_batches = 1,
+	                        .merge_pieces = 1};
+	mfs_engine_t *e = NULL;
+	char err[256] = "";
+	TEST_EQ_INT(mfs_engine_open(&ec, m, &e, err, sizeof err), MFS_EINVAL);
+	TEST_ASSERT(e == NULL && strstr(err, "shards"));
+	ec.shards = 2;
+	ec.merge_batches = 0;
+	TEST_EQ_INT(mfs_engine_open(&ec, m, &e, err, sizeof err), MFS_EINVAL);
+	ec.merge_batches = 1;
+	TEST_OK(mfs_engine_open(&ec, m, &e, err, sizeof err));
+	TEST_STR_EQ(mfs_engine_name(e), "sharded");
+	const uint32_t bad_u[] = {10}, ok_i[] = {0};
+	const float r1[] = {3};
+	TEST_EQ_INT(mfs_engine_sgd(e, &(mfs_batch_t){bad_u, ok_i, r1, 1}), MFS_EINVAL);
+	mfs_engine_close(e);
+	mfs_model_free(m);
+}
+
+int main(void)
+{
+	mfs_log_set_level(MFS_LOG_WARN);
+	TEST_RUN(test_parity_with_reference);
+	TEST_RUN(test_merges_matter);
+	TEST_RUN(test_capture_and_growth);
+	TEST_RUN(test_epochs_accuracy);
+	TEST_RUN(test_validation);
+	return TEST_REPORT();
+}
