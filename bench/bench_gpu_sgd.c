@@ -39,6 +39,10 @@
  * bench_cuda_ring_epoch in bench/ring_feed.cu): the kernel fed from the ring against one launch over the set,
  * on the same data and row modes. "ringfull" (ringfull, ringfull/B) gives the persistent
  * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
+ * A NAME xS (x2, x4, x2-p16-h4) shards the model over S CUDA devices (engine.devices: gpu/sharded.c,
+ * docs/SCALE_OUT.md; devices 0..S-1, round the ones that answer), -pP pieces an epoch
+ * (engine.merge_pieces, default 8; one unless heavy skew), -hH the hot rows' threshold
+ * (engine.merge_hot, default 8).
  * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
  * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
  * default (user runs; runs.cu says how long).
@@ -58,6 +62,7 @@
 #include "bench/bench_set.h"
 #ifdef MFS_HAVE_CUDA
 #include "bench/bench_cuda.h"
+#include "gpu/cuda/cuda_probe.h"
 #endif
 
 struct opts {
@@ -207,6 +212,8 @@ static double mean_run(const uint32_t *U, size_t n, long users, long run_max)
 	return runs > 0 ? (double)n / runs : 1;
 }
 
+static int n_devices; /* CUDA devices that answer (sharded variants go round them) */
+
 /* Train one engine on the set for E epochs (more with a target), print and record a row. */
 static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp16, const char *variant,
                        uint32_t *U, uint32_t *I, float *R, size_t ntrain, uint32_t *TU, uint32_t *TI, float *TR,
@@ -222,6 +229,17 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		ec.cuda_user_runs = -1;
 	else if (!strncmp(variant, "runs", 4) && atoi(variant + 4) > 0) /* runsN: runs of at most N ratings */
 		ec.cuda_user_runs = atoi(variant + 4);
+	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-bB]: S shards */
+		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h");
+		ec.shards = (uint32_t)atoi(variant + 1);
+		ec.merge_batches = 8;
+		ec.merge_pieces = p ? (uint32_t)atoi(p + 2) : 8;
+		ec.merge_hot = h ? (uint32_t)atoi(h + 2) : 8;
+		for (uint32_t s = 0; s < ec.shards && s < MFS_SHARD_MAX; s++)
+			ec.devices[s] = (int)(s % (uint32_t)(n_devices > 0 ? n_devices : 1));
+		if (ec.shards == 1)
+			ec.shards = 0;
+	}
 	const char *at = strchr(variant, '@'); /* NAME@C: engine.cuda.plain_c = C (0: atomic deltas everywhere) */
 	if (at && at[1])
 		ec.cuda_plain_c = atof(at + 1) > 0 ? atof(at + 1) : -1;
@@ -343,6 +361,10 @@ int main(int argc, char **argv)
 	}
 	double copy_gbps = NAN;
 #ifdef MFS_HAVE_CUDA
+	if (is_cuda) {
+		char why[256];
+		n_devices = mfs_cuda_probe(0, why, sizeof why);
+	}
 	if (is_cuda && o.copy_gb > 0 && bench_cuda_copy_gbps(0, (size_t)(o.copy_gb * 1e9), 10, &copy_gbps))
 		return 1;
 #endif

@@ -9,8 +9,9 @@
  * plain mfs_model_t without id maps: rows, arrays, mu); this engine routes every call:
  *   batches  split by user shard, input order kept, user rows made local; each part goes to
  *            its engine (a CUDA ring takes it and returns: the devices work at once);
- *   sets     split the same way, and each shard's part cut into conf.merge_pieces pieces
- *            (a seeded draw per rating); an epoch runs piece x on every shard at once (a
+ *   sets     split the same way, and each shard's part cut into conf.merge_pieces pieces by
+ *            user (a seeded hash of the row: a user's ratings stay in one piece, so the CUDA
+ *            engine's user runs stay whole); an epoch runs piece x on every shard at once (a
  *            thread per shard for device engines), merges, then piece x + 1;
  *   loss     each shard scores its users' ratings against its own replica; the sums are added
  *            in shard order (a rating of an unknown user, MFS_ROW_NONE, on shard 0);
@@ -25,9 +26,8 @@
  * result to every replica and to the base (the value at the last merge, BLEND's q0). When:
  *   - every conf.merge_batches batches, every row changed since its last merge;
  *   - after every batch (set: every piece), the rows one shard gave conf.merge_hot ratings
- *     or more since their last merge: hot rows drift fastest, and under skew they are few
- *     (docs/BENCHMARKS.md, "Sharding, CPU reference": at Zipf 1.2 merging every row once an
- *     epoch lost 6 %, adding hot rows every piece 0.02 %);
+ *     or more in that batch: hot rows drift fastest, and under skew they are few
+ *     (docs/BENCHMARKS.md, "Sharding, CPU reference");
  *   - before sync and capture (snapshots see one item table) and at the end of every epoch.
  * The rule is the CPU reference's (gpu/cpu/shard_ref.c, allreduce with hot_ratings), and with
  * CPU shards in deterministic mode this engine reproduces it bit for bit (test_sharded). The
@@ -53,6 +53,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/timeutil.h"
 #include "gpu/cpu/cpu_ref.h"
 #include "gpu/engine_int.h"
 #ifdef MFS_HAVE_CUDA
@@ -60,7 +61,12 @@
 #endif
 
 /* BLEND's |p|^2 of a piece: at most this many of its ratings' users (every n / this-th). */
-#define P2_SAMPLE 65536
+#define P2_SAMPLE 8192
+/* A set runs in pieces only where at least this share of its ratings falls on rows that are hot
+ * in a piece: measured on the 1M x 1M x 100M sets, 2 H200s (docs/BENCHMARKS.md, "Sharded over a
+ * host's GPUs"), Zipf 0.8 (51 % on such rows at 16 pieces) lost 0.6 % RMSE in one piece and ran
+ * 1.8x faster than in 16; Zipf 1.2 (91 %) lost 5.2 % in one piece. */
+#define HOT_SHARE_MIN 0.8
 
 /* A shard's part of a routed batch: user rows local, input order. */
 struct part {
@@ -106,6 +112,7 @@ struct sharded {
 	/* since the last merge, per item row: each shard's ratings (cap_items x S), and the rows
 	 * with any, in first-touch order */
 	uint32_t *cnt;
+	uint32_t *bcnt;         /* the same, in the batch being applied (the hot rows' test) */
 	uint8_t *in_uni;
 	uint32_t *uni;
 	size_t nuni, cap_i;
@@ -124,6 +131,7 @@ struct sharded {
 	int cap_pending;
 	float *cap_du;
 	uint64_t merges, rows_merged;
+	double run_s, merge_s;  /* epochs: wall time in the shards' pieces and in merges (logged at close) */
 };
 
 static struct sharded *impl(const mfs_engine_t *e) { return (struct sharded *)e->impl; }
@@ -179,23 +187,25 @@ static int take_rows(mfs_engine_t *e)
 		size_t c = x->cap_i ? x->cap_i : 1024;
 		while (c < m->n_items)
 			c *= 2;
-		uint32_t *cnt = calloc(c * S, sizeof *cnt), *uni = malloc(c * sizeof *uni);
+		uint32_t *cnt = calloc(c * S, sizeof *cnt), *bcnt = calloc(c * S, sizeof *bcnt), *uni = malloc(c * sizeof *uni);
 		uint8_t *in = calloc(c, 1);
-		if (!cnt || !uni || !in) {
+		if (!cnt || !bcnt || !uni || !in) {
 			free(cnt);
+			free(bcnt);
 			free(uni);
 			free(in);
 			return ENOMEM;
 		}
-		if (x->cap_i) {
+		if (x->cap_i) { /* bcnt is all zero between batches */
 			memcpy(cnt, x->cnt, x->cap_i * S * sizeof *cnt);
 			memcpy(uni, x->uni, x->nuni * sizeof *uni);
 			memcpy(in, x->in_uni, x->cap_i);
 		}
 		free(x->cnt);
+		free(x->bcnt);
 		free(x->uni);
 		free(x->in_uni);
-		x->cnt = cnt, x->uni = uni, x->in_uni = in, x->cap_i = c;
+		x->cnt = cnt, x->bcnt = bcnt, x->uni = uni, x->in_uni = in, x->cap_i = c;
 	}
 	for (uint32_t s = 0; s < S; s++) {
 		struct shard *sh = &x->sh[s];
@@ -325,7 +335,7 @@ static int run_merge(mfs_engine_t *e, mfs_merge_job_t *job)
 }
 
 /* Merge the rows changed since their last merge: all of them, or (hot) those one shard gave
- * conf.merge_hot ratings or more. BLEND's |p|^2 from the last batch's users. */
+ * conf.merge_hot ratings or more in the last batch. BLEND's |p|^2 from the last batch's users. */
 static int merge_pending(mfs_engine_t *e, int hot)
 {
 	struct sharded *x = impl(e);
@@ -340,10 +350,10 @@ static int merge_pending(mfs_engine_t *e, int hot)
 	size_t n = 0, kept = 0;
 	for (size_t j = 0; j < x->nuni; j++) {
 		const uint32_t i = x->uni[j];
-		const uint32_t *c = x->cnt + (size_t)i * S;
+		const uint32_t *c = x->cnt + (size_t)i * S, *bc = x->bcnt + (size_t)i * S;
 		uint32_t most = 0;
 		for (uint32_t s = 0; s < S; s++)
-			most = c[s] > most ? c[s] : most;
+			most = bc[s] > most ? bc[s] : most;
 		if (hot && most < T) {
 			x->uni[kept++] = i;
 			continue;
@@ -425,6 +435,7 @@ static int route(struct sharded *x, const mfs_batch_t *b, int loss)
 		pt->r[pt->n++] = b->r[j];
 		if (!loss) {
 			x->cnt[(size_t)i * S + s]++;
+			x->bcnt[(size_t)i * S + s]++;
 			if (!x->in_uni[i]) {
 				x->in_uni[i] = 1;
 				x->uni[x->nuni++] = i;
@@ -492,11 +503,12 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	if (!rc)
 		rc = progress_push(x);
 	progress_pop(x);
-	if (rc)
-		return rc;
-	if (++x->since >= e->conf.merge_batches)
-		return merge_pending(e, 0);
-	return merge_pending(e, 1);
+	if (!rc)
+		rc = merge_pending(e, ++x->since < e->conf.merge_batches);
+	for (uint32_t s = 0; s < x->S; s++) /* this batch's counts, back to zero */
+		for (size_t j = 0; j < x->sh[s].b.n; j++)
+			x->bcnt[(size_t)x->sh[s].b.i[j] * x->S + s] = 0;
+	return rc;
 }
 
 static int sharded_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
@@ -555,10 +567,10 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 {
 	struct sharded *x = impl(e);
 	const uint32_t S = x->S, P = ss->pieces, T = e->conf.merge_hot, ni = e->model->n_items;
-	uint32_t *acc = calloc((size_t)ni * S + 1, sizeof *acc);
+	uint32_t *acc = calloc((size_t)ni * S + 1, sizeof *acc), *cur = calloc((size_t)ni * S + 1, sizeof *cur);
 	size_t *pstart = calloc((size_t)P + 1, sizeof *pstart);
 	uint32_t *order = malloc((b->n ? b->n : 1) * sizeof *order);
-	int rc = acc && pstart && order ? 0 : ENOMEM;
+	int rc = acc && cur && pstart && order ? 0 : ENOMEM;
 	if (!rc) { /* the ratings of each piece, in order */
 		for (size_t j = 0; j < b->n; j++)
 			pstart[part[j] + 1]++;
@@ -582,15 +594,20 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 			if (b->u[j] == MFS_ROW_NONE || b->i[j] == MFS_ROW_NONE)
 				continue;
 			acc[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)]++;
+			cur[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)]++;
 		}
 		const int last = p + 1 == P;
-		/* the due rows: scan the table (loads are rare; a set covers most items anyway) */
+		/* the due rows: every row with ratings after the last piece, before it the rows one shard
+		 * gave T ratings in this piece (scans of the table: loads are rare, a set covers most
+		 * items anyway) */
 		for (uint32_t i = 0; i < ni; i++) {
-			const uint32_t *c = acc + (size_t)i * S;
-			uint32_t most = 0;
-			for (uint32_t s = 0; s < S; s++)
-				most = c[s] > most ? c[s] : most;
-			touched += most && (last || (T && most >= T));
+			const uint32_t *c = acc + (size_t)i * S, *pcs = cur + (size_t)i * S;
+			uint32_t any = 0, most = 0;
+			for (uint32_t s = 0; s < S; s++) {
+				any |= c[s];
+				most = pcs[s] > most ? pcs[s] : most;
+			}
+			touched += any && (last || (T && most >= T));
 		}
 		pc->rows = malloc((touched ? touched : 1) * sizeof *pc->rows);
 		pc->cnt = malloc((touched ? touched : 1) * S * sizeof *pc->cnt);
@@ -600,15 +617,23 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 		}
 		for (uint32_t i = 0; i < ni; i++) {
 			uint32_t *c = acc + (size_t)i * S;
-			uint32_t most = 0;
-			for (uint32_t s = 0; s < S; s++)
-				most = c[s] > most ? c[s] : most;
-			if (!most || !(last || (T && most >= T)))
+			const uint32_t *pcs = cur + (size_t)i * S;
+			uint32_t any = 0, most = 0;
+			for (uint32_t s = 0; s < S; s++) {
+				any |= c[s];
+				most = pcs[s] > most ? pcs[s] : most;
+			}
+			if (!any || !(last || (T && most >= T)))
 				continue;
 			pc->rows[pc->n] = i;
 			memcpy(pc->cnt + pc->n * S, c, S * sizeof *c);
 			memset(c, 0, S * sizeof *c);
 			pc->n++;
+		}
+		for (size_t y = pstart[p]; y < pstart[p + 1]; y++) { /* this piece's counts, back to zero */
+			const size_t j = order[y];
+			if (b->u[j] != MFS_ROW_NONE && b->i[j] != MFS_ROW_NONE)
+				cur[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)] = 0;
 		}
 		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1};
 		for (uint32_t s = 0; s < S; s++) {
@@ -617,16 +642,45 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 		}
 	}
 	free(acc);
+	free(cur);
 	free(pstart);
 	free(order);
 	return rc;
+}
+
+/* Pieces an epoch of set b runs in: conf.merge_pieces where at least HOT_SHARE_MIN of its
+ * ratings fall on rows hot in a piece (a shard gives them merge_hot ratings in a piece's share
+ * of the set), else 1: pieces cost a barrier and a merge each, and pay only where the rows that
+ * drift within an epoch carry most of the set (heavy skew). */
+static uint32_t pieces_for(mfs_engine_t *e, const mfs_batch_t *b)
+{
+	const struct sharded *x = impl(e);
+	const uint32_t P = e->conf.merge_pieces ? e->conf.merge_pieces : 1, T = e->conf.merge_hot, ni = e->model->n_items;
+	if (P == 1 || !T || !b->n)
+		return P;
+	const size_t cells = (size_t)ni * x->S;
+	uint32_t *cnt = calloc(cells + 1, sizeof *cnt);
+	if (!cnt)
+		return P;
+	uint64_t rated = 0, on_hot = 0;
+	for (size_t j = 0; j < b->n; j++)
+		if (b->u[j] != MFS_ROW_NONE && b->i[j] != MFS_ROW_NONE) {
+			cnt[(size_t)b->i[j] * x->S + mfs_shard_of_user(b->u[j], x->S)]++;
+			rated++;
+		}
+	for (size_t c = 0; c < cells; c++)
+		on_hot += cnt[c] / P >= T ? cnt[c] : 0;
+	free(cnt);
+	const double share = rated ? (double)on_hot / (double)rated : 0;
+	mfs_debug("engine", "msg=\"sharded set hot share\" pieces=%u hot=%u share=%.3f", P, T, share);
+	return share >= HOT_SHARE_MIN ? P : 1;
 }
 
 static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
 {
 	struct sharded *x = impl(e);
 	const uint32_t S = x->S;
-	const uint32_t P = e->conf.merge_pieces ? e->conf.merge_pieces : 1;
+	const uint32_t P = pieces_for(e, b);
 	const size_t n = b->n, cells = (size_t)P * S;
 	struct sharded_set *ss = calloc(1, sizeof *ss);
 	uint8_t *part = malloc(n ? n : 1);
@@ -641,12 +695,13 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 			rc = ENOMEM;
 	}
 	if (!rc) {
-		/* each rating's piece: a seeded draw (a file sorted by user or time still gives pieces
-		 * alike); then the ratings by (piece, shard), order kept, user rows local */
-		mfs_rng_t g;
-		mfs_rng_seed(&g, e->conf.seed ^ 0x5A4D1ECEull);
+		/* each rating's piece: its user's, by a seeded hash of the row (a user's ratings stay
+		 * together, so the engines' user runs stay whole; a rating of no user by its index);
+		 * then the ratings by (piece, shard), order kept, user rows local */
+		const uint64_t seed = e->conf.seed ^ 0x5A4D1ECEull;
 		for (size_t j = 0; j < n; j++) {
-			part[j] = (uint8_t)mfs_rng_below(&g, P);
+			const uint64_t key = b->u[j] == MFS_ROW_NONE ? (uint64_t)j | 1ull << 40 : b->u[j];
+			part[j] = (uint8_t)(mfs_mix64(seed, key) % P);
 			start[(size_t)part[j] * S + shard_of(b->u[j], S) + 1]++;
 		}
 		for (size_t c = 0; c < cells; c++)
@@ -680,6 +735,13 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 	}
 	if (!rc)
 		rc = plan_merges(e, b, part, ss);
+	if (!rc) {
+		size_t merged = 0;
+		for (uint32_t p = 0; p < P; p++)
+			merged += ss->pc[p].n;
+		mfs_info("engine", "msg=\"sharded set\" ratings=%zu shards=%u pieces=%u rows_merged_per_epoch=%zu", n, S, P,
+		         merged);
+	}
 	free(part);
 	free(start);
 	free(at);
@@ -722,6 +784,7 @@ static int sharded_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 	/* what batches left pending first: the set's plan starts from merged replicas */
 	int rc = merge_pending(e, 0);
 	share_mu(x, e->model);
+	double t0 = mfs_now_s();
 	for (uint32_t p = 0; p < ss->pieces && !rc; p++) {
 		struct epoch_arg a[MFS_SHARD_MAX];
 		struct piece *pc = &ss->pc[p];
@@ -739,9 +802,13 @@ static int sharded_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 			if (a[sh].rc && !rc)
 				rc = a[sh].rc;
 		}
+		const double t1 = mfs_now_s();
+		x->run_s += t1 - t0;
 		collect_applied(e);
 		if (!rc)
 			rc = run_merge(e, &pc->job);
+		t0 = mfs_now_s();
+		x->merge_s += t0 - t1;
 	}
 	return rc;
 }
@@ -973,8 +1040,9 @@ static void sharded_close(mfs_engine_t *e)
 	if (!x)
 		return;
 	if (x->merges)
-		mfs_info("engine", "msg=\"sharded engine\" shards=%u merges=%llu rows_merged=%llu", x->S,
-		         (unsigned long long)x->merges, (unsigned long long)x->rows_merged);
+		mfs_info("engine", "msg=\"sharded engine\" shards=%u merges=%llu rows_merged=%llu epoch_run_s=%.3f "
+		         "epoch_merge_s=%.3f",
+		         x->S, (unsigned long long)x->merges, (unsigned long long)x->rows_merged, x->run_s, x->merge_s);
 	for (uint32_t s = 0; s < x->S; s++) {
 		struct shard *sh = &x->sh[s];
 		mfs_engine_close(sh->e);
@@ -989,6 +1057,7 @@ static void sharded_close(mfs_engine_t *e)
 		free(sh->cap_vals);
 	}
 	free(x->cnt);
+	free(x->bcnt);
 	free(x->in_uni);
 	free(x->uni);
 	free(x->m_rows);

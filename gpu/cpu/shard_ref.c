@@ -103,6 +103,7 @@ struct shard {
 	size_t sh_n;
 	float *sh_Q, *sh_bi;    /* allreduce: the replica of the item table */
 	uint32_t *sh_touched;   /* allreduce: per item row, ratings routed here since the last exchange */
+	uint32_t *sh_bt;        /* allreduce: per item row, ratings routed here in this batch (hot_ratings) */
 	size_t sh_ntouched;
 	/* rotation: this shard's ratings bucketed by item block */
 	mfs_rating_t *sh_rt;
@@ -236,6 +237,7 @@ void mfs_shard_ref_free(mfs_shard_ref_t *r)
 		free(sh->sh_Q);
 		free(sh->sh_bi);
 		free(sh->sh_touched);
+		free(sh->sh_bt);
 		free(sh->sh_rt);
 		free(sh->sh_tlist);
 		free(sh->sh_ref);
@@ -309,7 +311,8 @@ int mfs_shard_ref_init(const mfs_shard_conf_t *conf, mfs_model_t *m, mfs_shard_r
 			sh->sh_Q = malloc(ni * ks * sizeof *sh->sh_Q);
 			sh->sh_bi = malloc(ni * sizeof *sh->sh_bi);
 			sh->sh_touched = calloc(ni, sizeof *sh->sh_touched);
-			if (!sh->sh_Q || !sh->sh_bi || !sh->sh_touched)
+			sh->sh_bt = calloc(ni, sizeof *sh->sh_bt);
+			if (!sh->sh_Q || !sh->sh_bi || !sh->sh_touched || !sh->sh_bt)
 				goto nomem;
 			/* every replica starts as the model's item table */
 			memcpy(sh->sh_Q, m->Q, (size_t)r->sr_ni * ks * sizeof *sh->sh_Q);
@@ -389,6 +392,7 @@ static int route(mfs_shard_ref_t *r, const mfs_batch_t *b)
 		sh->sh_u[sh->sh_n] = u;
 		sh->sh_i[sh->sh_n] = i;
 		sh->sh_r[sh->sh_n++] = b->r[j];
+		sh->sh_bt[i]++;
 		if (sh->sh_touched[i]++ == 0) {
 			if (sh->sh_tlist)
 				sh->sh_tlist[sh->sh_ntouched] = i;
@@ -582,8 +586,9 @@ static void hosts_show(mfs_shard_ref_t *r)
 }
 
 /* Allreduce: merge the rows of the union (every one, or with hot only those one shard gave
- * hot_ratings or more since their last merge) into the model (q0's home) and every replica by
- * mfs_merge_row_ref; the union keeps the rows not merged, in order. */
+ * hot_ratings or more in this batch: the rows that drift fastest) into the model (q0's home)
+ * and every replica by mfs_merge_row_ref, with the counts since each row's last merge; the
+ * union keeps the rows not merged, in order. */
 static void merge_union(mfs_shard_ref_t *r, int hot)
 {
 	const uint32_t S = r->sr_c.shards;
@@ -603,7 +608,7 @@ static void merge_union(mfs_shard_ref_t *r, int hot)
 		for (uint32_t s = 0; s < S; s++) {
 			const struct shard *sh = &r->sr_sh[s];
 			cnt[s] = sh->sh_touched[i];
-			most = cnt[s] > most ? cnt[s] : most;
+			most = sh->sh_bt[i] > most ? sh->sh_bt[i] : most;
 			rep_q[s] = sh->sh_Q + i * ks;
 			rep_b[s] = sh->sh_bi[i];
 		}
@@ -672,12 +677,15 @@ static int allreduce_batch(mfs_shard_ref_t *r, const mfs_batch_t *b)
 	r->sr_st.ratings_max_sum += max;
 	if (r->sr_c.scheme == MFS_SHARD_HOSTS) {
 		r->sr_round++;
-		return hosts_after_batch(r, 0);
-	}
-	if (++r->sr_since >= r->sr_c.exchange_every)
+		rc = hosts_after_batch(r, 0);
+	} else if (++r->sr_since >= r->sr_c.exchange_every) {
 		rc = mfs_shard_ref_exchange(r);
-	else if (r->sr_c.hot_ratings)
+	} else if (r->sr_c.hot_ratings) {
 		merge_union(r, 1);
+	}
+	for (uint32_t s = 0; s < r->sr_c.shards; s++) /* this batch's counts, back to zero */
+		for (size_t j = 0; j < r->sr_sh[s].sh_n; j++)
+			r->sr_sh[s].sh_bt[r->sr_sh[s].sh_i[j]] = 0;
 	return rc;
 }
 

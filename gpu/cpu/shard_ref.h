@@ -67,8 +67,8 @@ typedef struct mfs_shard_conf {
 	uint32_t exchange_every; /* allreduce: batches between exchanges; hosts: between publishes; >= 1 */
 	uint32_t lag;            /* hosts: batches from a publish to its delivery (0: the same batch) */
 	int combine;             /* allreduce: enum mfs_shard_combine; hosts: SUM or BLEND */
-	uint32_t hot_ratings;    /* allreduce: after every batch, also merge the rows one shard has given
-	                            this many ratings or more since their last merge (0: off) */
+	uint32_t hot_ratings;    /* allreduce: after every batch, also merge the rows one shard gave this
+	                            many ratings or more in that batch (0: off) */
 	int threads;             /* shards run on this many threads (<= 1: one after another) */
 	mfs_shard_trace_fn trace; /* optional (rotation) */
 	void *trace_arg;

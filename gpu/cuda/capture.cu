@@ -376,6 +376,15 @@ int cuda_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, in
 		scatter_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
 			(float *)F, b, c->r_rows, cnt, k, (const float *)c->r_F, c->r_b);
 	MFS_CUDA_LAUNCHED();
+	if (ent && c->items_base) { /* fresh rows: the base of the next merge too (merge.cu) */
+		if (c->fp16)
+			scatter_rows_kernel<__half><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				(__half *)c->Q0, c->b0, c->r_rows, cnt, k, (const __half *)c->r_F, c->r_b);
+		else
+			scatter_rows_kernel<float><<<blocks, 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				(float *)c->Q0, c->b0, c->r_rows, cnt, k, (const float *)c->r_F, c->r_b);
+		MFS_CUDA_LAUNCHED();
+	}
 	MFS_CUDA_TRY(cudaEventRecord(c->r_done, c->stream));
 	return beside_wait(c, c->r_done);
 }

@@ -149,6 +149,21 @@ struct cuda_impl {
 	float *r_b;
 	size_t r_cap;
 	cudaEvent_t r_done;
+	/* the sharded engine's merge (merge.cu): the item table as of the last merge (conf.items_base),
+	 * and the merge's scratch: rows, counts, user rows, S slots of packed rows, |p|^2 partials */
+	int items_base;
+	void *Q0;
+	float *b0;
+	uint32_t base_cap;
+	uint32_t *mg_rows, *mg_cnt, *mg_p2;
+	void *mg_F;
+	float *mg_b;
+	double *mg_part;
+	void *mg_tab; /* BLEND's factors by count (merge.cu, struct blend_tab) */
+	size_t mg_cap, mg_p2_cap;
+	uint32_t mg_S;
+	cudaEvent_t mg_ev, mg_copied; /* the merge done; this device's rows pushed to every peer */
+	cudaEvent_t mg_t[3];          /* MFS_MERGE_TRACE: before the pushes, before and after the merge kernel */
 };
 
 static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
@@ -190,6 +205,15 @@ int cuda_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **o
 void cuda_resident_free(mfs_engine_t *e, mfs_resident_t *s);
 int cuda_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch);
 int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
+
+/* ---- merge.cu ---- */
+int cuda_base_grow(struct cuda_impl *c, int k);
+int cuda_base_open(struct cuda_impl *c);
+void cuda_merge_free(struct cuda_impl *c);
+/* merge.cu's kernels (which: 0 norm2, 1 pack, 2 merge, 3 lq, 4 table), for pk_open's load beside the ring */
+const void *merge_fn(int fp16, int which);
+extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);
+extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);
 
 /* ---- ring.cu ---- */
 int pk_open(mfs_engine_t *e);

@@ -100,7 +100,7 @@ static int cuda_grow(mfs_engine_t *e)
 	if (draw && !c->pk.beside && (rc = pk_stop(c)))
 		return rc;
 	if ((rc = dev_grow(c, &c->P, &c->bu, &c->cap_u, m->n_users, k)) ||
-	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)))
+	    (rc = dev_grow(c, &c->Q, &c->bi, &c->cap_i, m->n_items, k)) || (rc = cuda_base_grow(c, k)))
 		return rc;
 	/* rows the host added: uploaded (initialized by model_store), or drawn here at and above
 	 * engine_init_from (mfs_engine_take_new_rows) */
@@ -118,6 +118,12 @@ static int cuda_grow(mfs_engine_t *e)
 		}
 		if ((rc = init_rows_launch(c, m, ent, a + up, want - a - up, upload_stream(c))))
 			return rc;
+		if (ent && c->items_base) { /* new items: the base of the next merge is their start */
+			MFS_CUDA_TRY(cudaMemcpyAsync((char *)c->Q0 + a * (size_t)k * c->es, (const char *)c->Q + a * (size_t)k * c->es,
+			                             (want - a) * (size_t)k * c->es, cudaMemcpyDeviceToDevice, upload_stream(c)));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->b0 + a, c->bi + a, (want - a) * sizeof(float), cudaMemcpyDeviceToDevice,
+			                             upload_stream(c)));
+		}
 		*have = want;
 	}
 	if (!c->pk.on) {
@@ -152,6 +158,7 @@ static void cuda_close(mfs_engine_t *e)
 		mfs_info("cuda", "msg=\"loss calls\" calls=%llu upload_s=%.3f run_s=%.3f", (unsigned long long)c->loss_calls,
 		         c->loss_upload_s, c->loss_run_s);
 	pk_free(c);
+	cuda_merge_free(c);
 	cudaFree(c->g_rows);
 	cudaFree(c->g_F);
 	cudaFree(c->g_b);
@@ -203,6 +210,7 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 		return ENOMEM;
 	e->impl = c;
 	c->dev = e->conf.device;
+	c->items_base = e->conf.items_base;
 	c->fp16 = e->conf.dtype == MFS_DTYPE_FP16;
 	c->es = c->fp16 ? sizeof(__half) : sizeof(float);
 	/* experiments (bench_gpu_sgd --variants; hidden engine.cuda.* keys) */
@@ -237,6 +245,8 @@ static int cuda_open(mfs_engine_t *e, char *errstr, size_t es)
 	int rc = hog_setup(c, e->model->k);
 	if (!rc)
 		rc = runs_setup(c, e->model->k);
+	if (!rc && c->items_base)
+		rc = cuda_base_open(c);
 	if (rc) {
 		mfs_errf(errstr, es, rc, "CUDA device %d: cannot size the Hogwild kernel", c->dev);
 		cuda_close(e);
@@ -291,8 +301,56 @@ static void cuda_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 	}
 }
 
+/* Every entry point selects the engine's device first: a process may hold several engines, one
+ * per device (gpu/sharded.c), called from one thread or, for epochs, a thread each, and
+ * capture_wait runs on the snapshot writer's thread. */
+#define ON_DEV(e) MFS_CUDA_TRY(cudaSetDevice(impl_of(e)->dev))
+static void d_close(mfs_engine_t *e)
+{
+	if (impl_of(e))
+		(void)cudaSetDevice(impl_of(e)->dev);
+	cuda_close(e);
+}
+static int d_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp) { ON_DEV(e); return cuda_set_hparams(e, hp); }
+static int d_grow(mfs_engine_t *e) { ON_DEV(e); return cuda_grow(e); }
+static int d_sgd(mfs_engine_t *e, const mfs_batch_t *b, float s, int r) { ON_DEV(e); return cuda_sgd(e, b, s, r); }
+static int d_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *o) { ON_DEV(e); return cuda_loss(e, b, o); }
+static int d_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **o)
+{
+	ON_DEV(e);
+	return cuda_resident_load(e, b, o);
+}
+static void d_resident_free(mfs_engine_t *e, mfs_resident_t *s)
+{
+	(void)cudaSetDevice(impl_of(e)->dev);
+	cuda_resident_free(e, s);
+}
+static int d_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t ep) { ON_DEV(e); return cuda_sgd_epoch(e, s, ep); }
+static int d_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *o)
+{
+	ON_DEV(e);
+	return cuda_loss_resident(e, s, o);
+}
+static int d_sync(mfs_engine_t *e) { ON_DEV(e); return cuda_sync(e); }
+static int d_memory(mfs_engine_t *e, uint64_t *u, uint64_t *t) { ON_DEV(e); return cuda_memory(e, u, t); }
+static int d_drain(mfs_engine_t *e) { ON_DEV(e); return cuda_drain(e); }
+static int d_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
+                     float *di)
+{
+	ON_DEV(e);
+	return cuda_capture(e, ur, nu, du, ir, ni, di);
+}
+static int d_capture_wait(mfs_engine_t *e) { ON_DEV(e); return cuda_capture_wait(e); }
+static int d_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
+{
+	ON_DEV(e);
+	return cuda_reset_rows(e, ent, rows, n, in_flight);
+}
+static int d_take_new_rows(mfs_engine_t *e) { ON_DEV(e); return cuda_take_new_rows(e); }
+
 extern "C" const struct mfs_engine_i mfs_engine_cuda_i = {
-	"cuda",        cuda_can_implement, cuda_open,     cuda_close,    cuda_set_hparams, cuda_grow,   cuda_sgd,
-	cuda_loss,     cuda_resident_load, cuda_resident_free, cuda_sgd_epoch,     cuda_loss_resident, cuda_sync,     cuda_memory,
-	cuda_drain,    cuda_progress, cuda_capture,  cuda_capture_wait, cuda_reset_rows, cuda_take_new_rows,
+	"cuda",        cuda_can_implement, cuda_open,     d_close,       d_set_hparams, d_grow,   d_sgd,
+	d_loss,        d_resident_load, d_resident_free, d_sgd_epoch,     d_loss_resident, d_sync,     d_memory,
+	d_drain,       cuda_progress, d_capture,     d_capture_wait, d_reset_rows, d_take_new_rows, cuda_merge,
+	cuda_merge_forget,
 };

@@ -266,7 +266,7 @@ static void epochs_case(double zipf)
 		mfs_model_t *m = mk_model(k, nu, ni, pl.mean);
 		mfs_engine_t *e = NULL;
 		if (v == 0) {
-			mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 2, .seed = 3};
+			mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 1, .deterministic = 1, .seed = 3};
 			char err[256];
 			TEST_ASSERT_MSG(mfs_engine_open(&ec, m, &e, err, sizeof err) == 0, "%s", err);
 		} else {

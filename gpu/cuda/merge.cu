@@ -1,0 +1,638 @@
+/* merge.cu - the sharded engine's item merge on the devices (gpu/sharded.c; engine_int.h's
+ * merge op): S CUDA engines, each holding a replica of the item table (Q, bi) and the table as
+ * of the last merge (the base, Q0 / b0: conf.items_base), merge a list of rows so that every
+ * replica and base holds the same merged row afterwards.
+ *
+ * Math, per row (gpu/shard.h, BLEND; the reference is mfs_merge_row_ref, gpu/cpu/merge_ref.c):
+ * with n_s the ratings shard s gave the row since its last merge, a_s = exp(n_s l) and
+ * N = sum n_s, q = q0 + (1 - prod a_s) / N  sum_s n_s (q_s - q0) / (1 - a_s), in double, shards in
+ * order (l = log(1 - g): g = lr (1 + lambda_bi) for the bias, lr (|p|^2 / k + lambda_q) for the
+ * factors); a row one shard alone changed takes that shard's value. SUM and MEAN as the
+ * reference. Every multiply and add is spelled with its rounding (__dmul_rn, __dadd_rn) so that
+ * nvcc contracts nothing into an FMA the host code does not have; exp and expm1 are CUDA's
+ * (within an ulp of glibc's), so parity with the reference is to a tolerance, and every device
+ * computes the same bits from the same inputs.
+ *
+ * Steps (each on every device's engine stream; one host wait per device at the end):
+ *   1. norm2_kernel: the sum of |p|^2 over the job's user rows of this shard, in NORM_BLOCKS
+ *      fixed partial sums (deterministic), into this device's slot of its partials;
+ *   2. pack_kernel: the rows' values of this replica into this device's slot of the packed
+ *      rows (n x k elements, n biases);
+ *   3. device to device copies (cudaMemcpyPeerAsync, NVLink where the GPUs have it) of every
+ *      other device's slot of packed rows and partials, each after that device's event;
+ *   4. merge_kernel: |p|^2 from all partials in shard order, then per row the merge, written to
+ *      Q, bi, Q0 and b0.
+ * A job that is the whole table (rows 0 .. n - 1: the end of an epoch where every item was
+ * rated) packs nothing: the peers copy the replica itself and the merge reads the device's own.
+ * Bytes per merged row and device: (S - 1) x (k x element + 4) received, then S + 1 rows read
+ * and 2 written (packing: 1 more read and written). Launch shapes: a warp per row (lane l holds
+ * elements l k / 32 ..), 8 warps a block, up to 4096 blocks (grid-stride).
+ *
+ * DESIGN: every engine's persistent kernel is stopped first (every batch applied; the next batch
+ * relaunches it): beside running persistent kernels on both devices, merges waited 2 s and more
+ * on an H200 pair (the first device run of test_cuda_sharded), cause not established. Scratch
+ * grows only with the kernel stopped (cudaFree synchronizes the device). Peer access between the
+ * shards' devices is enabled at open (cuda_base_open). A job with keep (resident epochs) keeps
+ * its rows, counts and user rows on every device until merge_forget.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda/cuda_int.h"
+#include "gpu/shard.h"
+
+#define NORM_BLOCKS 128
+#define MERGE_MAX_S 8 /* shards a device merge takes: a host's GPUs (the per-shard factors live in registers) */
+#define MAX_E 8       /* elements per lane: k / 32, k <= 256 */
+
+template <typename T> __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+/* part[b] = sum over the rows of block b (rows b*8 + w, then + 8*NORM_BLOCKS) of |P row|^2, lane l
+ * over f = l, l + 32, ...; fixed order: each lane's sum, the lanes folded by halves, the warps in
+ * order. Four rows a step, so that their loads are in flight together. */
+template <typename T>
+__global__ void norm2_kernel(const T *P, int k, const uint32_t *__restrict__ rows, size_t n, double *part)
+{
+	__shared__ double ws[WARPS_PER_BLOCK];
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const size_t step = (size_t)gridDim.x * WARPS_PER_BLOCK;
+	double acc = 0;
+	for (size_t j = (size_t)blockIdx.x * WARPS_PER_BLOCK + w; j < n; j += 4 * step) {
+		float v[4][MAX_E];
+#pragma unroll
+		for (int y = 0; y < 4; y++) {
+			const size_t jj = j + (size_t)y * step;
+			const T *p = jj < n ? P + (size_t)rows[jj] * k : NULL;
+#pragma unroll
+			for (int e = 0; e < MAX_E; e++)
+				v[y][e] = p && lane + 32 * e < k ? to_f<T>(p[lane + 32 * e]) : 0.f;
+		}
+#pragma unroll
+		for (int y = 0; y < 4; y++)
+#pragma unroll
+			for (int e = 0; e < MAX_E; e++)
+				acc = __dadd_rn(acc, __dmul_rn((double)v[y][e], (double)v[y][e]));
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+	if (lane == 0)
+		ws[w] = acc;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double sum = 0;
+		for (int x = 0; x < WARPS_PER_BLOCK; x++)
+			sum = __dadd_rn(sum, ws[x]);
+		part[blockIdx.x] = sum;
+	}
+}
+
+/* out row j = F row rows[j], bout[j] = b[rows[j]] (words of 4 bytes: k x sizeof(T) is a
+ * multiple of 4 for k a multiple of 32). */
+__global__ void pack_kernel(const uint32_t *F, const float *b, const uint32_t *__restrict__ rows, size_t n,
+                            int words, uint32_t *out, float *bout)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t j = warp; j < n; j += warps) {
+		const size_t r = rows[j];
+		for (int x = lane; x < words; x += 32)
+			out[j * (size_t)words + x] = __ldcg(F + r * (size_t)words + x);
+		if (lane == 0)
+			bout[j] = __ldcg(b + r);
+	}
+}
+
+/* BLEND's per-count factors, for counts below TAB_N: a[n] = exp(n l), w[n] = n / -expm1(n l), for
+ * the bias (l = lb) and the factors (l = lq). A table, because every merged row needs them for
+ * each shard and the counts are small integers: the same exp and expm1 calls, made once. */
+#define TAB_N 4096
+struct blend_tab {
+	double lq;
+	double ab[TAB_N], aq[TAB_N], wb[TAB_N], wq[TAB_N];
+};
+
+/* lq from the shards' |p|^2 partials (each shard's in order, the shards in order), on one thread:
+ * the same bits on every device. */
+__global__ void lq_kernel(const double *part, uint32_t S, double p2_n, double lr, double lambda_q, int k,
+                          struct blend_tab *tab)
+{
+	double sum = 0;
+	for (uint32_t s = 0; s < S; s++) {
+		double ps = 0;
+		for (int x = 0; x < NORM_BLOCKS; x++)
+			ps = __dadd_rn(ps, part[s * NORM_BLOCKS + x]);
+		sum = s ? __dadd_rn(sum, ps) : ps;
+	}
+	const double p2 = p2_n > 0 ? __ddiv_rn(sum, p2_n) : 0;
+	const double g = __dmul_rn(lr, __dadd_rn(__ddiv_rn(p2, (double)k), lambda_q));
+	tab->lq = log1p(-fmin(g, MFS_SHARD_BLEND_MAX_STEP));
+}
+
+__device__ __forceinline__ void blend_factors(double nn, double l, double *a, double *w)
+{
+	*a = exp(__dmul_rn(nn, l));
+	*w = __ddiv_rn(nn, -expm1(__dmul_rn(nn, l)));
+}
+
+__global__ void tab_kernel(double lb, struct blend_tab *tab)
+{
+	const int n = blockIdx.x * blockDim.x + threadIdx.x;
+	if (n >= TAB_N)
+		return;
+	if (n == 0) {
+		tab->ab[0] = tab->aq[0] = 1, tab->wb[0] = tab->wq[0] = 0;
+		return;
+	}
+	const double lq = tab->lq;
+	blend_factors((double)n, lb, &tab->ab[n], &tab->wb[n]);
+	blend_factors((double)n, lq, &tab->aq[n], &tab->wq[n]);
+}
+
+struct merge_args {
+	const uint32_t *rows, *cnt; /* rows NULL: the rows are 0 .. n - 1 (the whole table) */
+	size_t n;
+	uint32_t S;
+	int k, combine;
+	const void *F[MERGE_MAX_S]; /* shard s's values of the rows, packed (n x k elements) */
+	const float *b[MERGE_MAX_S]; /* and their biases */
+	const struct blend_tab *tab;
+	double lb;
+};
+
+/* A lane's E = k / 32 contiguous elements of a row (E x sizeof(T) bytes: 2 to 32, aligned to
+ * that, so a warp reads or writes a row as one coalesced run), widened to fp32. */
+template <typename T> __device__ __forceinline__ void ld_lane(const T *p, int E, float *v)
+{
+	T t[MAX_E];
+	const int bytes = E * (int)sizeof(T);
+	if (bytes >= 16) {
+#pragma unroll
+		for (int w = 0; w < (int)(MAX_E * sizeof(T) / 16); w++)
+			if (w * 16 < bytes)
+				*(uint4 *)((char *)t + w * 16) = __ldcg((const uint4 *)((const char *)p + w * 16));
+	} else if (bytes == 8) {
+		*(uint2 *)t = __ldcg((const uint2 *)p);
+	} else if (bytes == 4) {
+		*(unsigned int *)t = __ldcg((const unsigned int *)p);
+	} else {
+		t[0] = p[0];
+	}
+#pragma unroll
+	for (int e = 0; e < MAX_E; e++)
+		v[e] = e < E ? to_f<T>(t[e]) : 0.f;
+}
+
+template <typename T> __device__ __forceinline__ void st_lane(T *p, int E, const float *v)
+{
+	T t[MAX_E];
+#pragma unroll
+	for (int e = 0; e < MAX_E; e++)
+		t[e] = from_f<T>(v[e]);
+	const int bytes = E * (int)sizeof(T);
+	if (bytes >= 16) {
+#pragma unroll
+		for (int w = 0; w < (int)(MAX_E * sizeof(T) / 16); w++)
+			if (w * 16 < bytes)
+				*(uint4 *)((char *)p + w * 16) = *(const uint4 *)((const char *)t + w * 16);
+	} else if (bytes == 8) {
+		*(uint2 *)p = *(const uint2 *)t;
+	} else if (bytes == 4) {
+		*(unsigned int *)p = *(const unsigned int *)t;
+	} else {
+		p[0] = t[0];
+	}
+}
+
+/* A warp per row; lane l holds elements l E .. l E + E - 1 (E = k / 32), lane 0 the bias too.
+ * The per-shard counts and BLEND factors (from the table) are read by lane s for shard s and
+ * shared by shuffles; the shards are then walked in order, as mfs_merge_row_ref does. */
+template <typename T>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, 2) merge_kernel(struct merge_args a, T *Q, float *bi, T *Q0,
+                                                                       float *b0)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31, k = a.k, E = k / 32;
+	const uint32_t S = a.S;
+	const double lq = a.tab->lq, lb = a.lb;
+	for (size_t x = warp; x < a.n; x += warps) {
+		const size_t i = a.rows ? a.rows[x] : x;
+		const uint32_t mine = (uint32_t)lane < S ? a.cnt[x * S + lane] : 0u;
+		const unsigned live = __ballot_sync(0xffffffffu, mine != 0) & ((1u << S) - 1u);
+		if (!live)
+			continue; /* no shard changed it: every replica holds the base */
+		const uint32_t c = (uint32_t)__ffs(live) - 1u, count = (uint32_t)__popc(live);
+		const int blend = a.combine == MFS_SHARD_BLEND && count > 1;
+		double eb = 1, eq = 1, mb = 0, mq = 0;
+		if (blend && mine) {
+			if (mine < TAB_N) {
+				eb = a.tab->ab[mine], eq = a.tab->aq[mine], mb = a.tab->wb[mine], mq = a.tab->wq[mine];
+			} else {
+				blend_factors((double)mine, lb, &eb, &mb);
+				blend_factors((double)mine, lq, &eq, &mq);
+			}
+		}
+		const size_t off = i * (size_t)k + (size_t)lane * E;
+		float q0[MAX_E], v[MAX_E], o[MAX_E];
+		const float b_0 = lane == 0 ? b0[i] : 0.f;
+		float ob = lane == 0 ? a.b[c][x] : 0.f;
+		ld_lane<T>(Q0 + off, E, q0);
+		ld_lane<T>((const T *)a.F[c] + x * (size_t)k + (size_t)lane * E, E, o);
+		if (count > 1 && !blend) { /* SUM or MEAN, in float, shards in order */
+			for (uint32_t s = c + 1; s < S; s++) {
+				if (!(live >> s & 1u))
+					continue;
+				ld_lane<T>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, E, v);
+				const float vb = lane == 0 ? a.b[s][x] : 0.f;
+#pragma unroll
+				for (int e = 0; e < MAX_E; e++)
+					o[e] = a.combine == MFS_SHARD_MEAN ? __fadd_rn(o[e], v[e]) : __fadd_rn(o[e], __fsub_rn(v[e], q0[e]));
+				ob = a.combine == MFS_SHARD_MEAN ? __fadd_rn(ob, vb) : __fadd_rn(ob, __fsub_rn(vb, b_0));
+			}
+			if (a.combine == MFS_SHARD_MEAN) {
+#pragma unroll
+				for (int e = 0; e < MAX_E; e++)
+					o[e] = __fdiv_rn(o[e], (float)count);
+				ob = __fdiv_rn(ob, (float)count);
+			}
+		} else if (blend) { /* q = q0 + (1 - prod a_s) / N sum_s w_s (q_s - q0), in double */
+			double t[MAX_E], tb = 0, prod_b = 1, prod_q = 1, N = 0;
+#pragma unroll
+			for (int e = 0; e < MAX_E; e++)
+				t[e] = 0;
+			for (uint32_t s = c; s < S; s++) {
+				const double e_b = __shfl_sync(0xffffffffu, eb, (int)s), e_q = __shfl_sync(0xffffffffu, eq, (int)s);
+				const double w_b = __shfl_sync(0xffffffffu, mb, (int)s), w_q = __shfl_sync(0xffffffffu, mq, (int)s);
+				const uint32_t ns = __shfl_sync(0xffffffffu, mine, (int)s);
+				if (!ns)
+					continue;
+				prod_b = __dmul_rn(prod_b, e_b);
+				prod_q = __dmul_rn(prod_q, e_q);
+				N = __dadd_rn(N, (double)ns);
+				if (s == c) {
+#pragma unroll
+					for (int e = 0; e < MAX_E; e++)
+						v[e] = o[e];
+				} else {
+					ld_lane<T>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, E, v);
+				}
+				const float vb = lane == 0 ? a.b[s][x] : 0.f;
+#pragma unroll
+				for (int e = 0; e < MAX_E; e++)
+					t[e] = __dadd_rn(t[e], __dmul_rn(w_q, __dsub_rn((double)v[e], (double)q0[e])));
+				tb = __dadd_rn(tb, __dmul_rn(w_b, __dsub_rn((double)vb, (double)b_0)));
+			}
+			const double Cb = __ddiv_rn(__dsub_rn(1.0, prod_b), N), Cq = __ddiv_rn(__dsub_rn(1.0, prod_q), N);
+#pragma unroll
+			for (int e = 0; e < MAX_E; e++)
+				o[e] = (float)__dadd_rn((double)q0[e], __dmul_rn(Cq, t[e]));
+			ob = (float)__dadd_rn((double)b_0, __dmul_rn(Cb, tb));
+		}
+		st_lane<T>(Q + off, E, o);
+		st_lane<T>(Q0 + off, E, o);
+		if (lane == 0) {
+			bi[i] = ob;
+			b0[i] = ob;
+		}
+	}
+}
+
+const void *merge_fn(int fp16, int which)
+{
+	switch (which) {
+	case 0:
+		return fp16 ? (const void *)norm2_kernel<__half> : (const void *)norm2_kernel<float>;
+	case 1:
+		return (const void *)pack_kernel;
+	case 3:
+		return (const void *)lq_kernel;
+	case 4:
+		return (const void *)tab_kernel;
+	default:
+		return fp16 ? (const void *)merge_kernel<__half> : (const void *)merge_kernel<float>;
+	}
+}
+
+/* ---- host side ----------------------------------------------------------------------- */
+
+/* What a kept job holds on one device. */
+struct kept {
+	uint32_t *rows, *cnt, *p2;
+	int dense; /* the rows are the whole table, 0 .. n - 1 */
+};
+
+/* Are rows[0, n) exactly 0 .. n - 1, the whole table of `have` rows? Then nothing is packed: the
+ * peers copy the table itself. */
+static int dense_rows(const uint32_t *rows, size_t n, uint32_t have)
+{
+	if (n != have || !n || rows[0] != 0 || rows[n - 1] != n - 1)
+		return 0;
+	for (size_t x = 0; x < n; x++)
+		if (rows[x] != x)
+			return 0;
+	return 1;
+}
+
+/* The base (Q0, b0) at the item table's capacity, rows [0, n_i) copied from the old base. */
+int cuda_base_grow(struct cuda_impl *c, int k)
+{
+	if (!c->items_base || c->base_cap >= c->cap_i)
+		return 0;
+	void *nf = NULL;
+	float *nb = NULL;
+	MFS_CUDA_TRY(cudaMalloc(&nf, (size_t)c->cap_i * k * c->es));
+	if (cudaMalloc(&nb, (size_t)c->cap_i * sizeof(float)) != cudaSuccess) {
+		cudaFree(nf);
+		MFS_CUDA_TRY(cudaGetLastError());
+		return MFS_EGPU;
+	}
+	if (c->base_cap) {
+		MFS_CUDA_TRY(cudaMemcpyAsync(nf, c->Q0, (size_t)c->n_i * k * c->es, cudaMemcpyDeviceToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(nb, c->b0, (size_t)c->n_i * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+		MFS_CUDA_TRY(cudaStreamSynchronize(c->stream));
+	}
+	cudaFree(c->Q0);
+	cudaFree(c->b0);
+	c->Q0 = nf;
+	c->b0 = nb;
+	c->base_cap = c->cap_i;
+	return 0;
+}
+
+/* Peer access from this engine's device to every other (a shard's merge reads its peers'
+ * packed rows over NVLink where there is one; without access the copies are staged). */
+int cuda_base_open(struct cuda_impl *c)
+{
+	int n = 0;
+	MFS_CUDA_TRY(cudaGetDeviceCount(&n));
+	for (int p = 0; p < n; p++) {
+		int can = 0;
+		if (p == c->dev || cudaDeviceCanAccessPeer(&can, c->dev, p) != cudaSuccess || !can)
+			continue;
+		cudaError_t err = cudaDeviceEnablePeerAccess(p, 0);
+		if (err == cudaErrorPeerAccessAlreadyEnabled)
+			(void)cudaGetLastError();
+		else
+			MFS_CUDA_TRY(err);
+	}
+	return 0;
+}
+
+void cuda_merge_free(struct cuda_impl *c)
+{
+	cudaFree(c->Q0);
+	cudaFree(c->b0);
+	cudaFree(c->mg_rows);
+	cudaFree(c->mg_cnt);
+	cudaFree(c->mg_p2);
+	cudaFree(c->mg_F);
+	cudaFree(c->mg_b);
+	cudaFree(c->mg_part);
+	cudaFree(c->mg_tab);
+	c->mg_tab = NULL;
+	if (c->mg_ev)
+		cudaEventDestroy(c->mg_ev);
+	if (c->mg_copied)
+		cudaEventDestroy(c->mg_copied);
+	c->mg_copied = NULL;
+	for (int x = 0; x < 3; x++) {
+		if (c->mg_t[x])
+			cudaEventDestroy(c->mg_t[x]);
+		c->mg_t[x] = NULL;
+	}
+	c->Q0 = c->mg_F = NULL;
+	c->b0 = NULL;
+	c->mg_rows = c->mg_cnt = c->mg_p2 = NULL;
+	c->mg_b = NULL;
+	c->mg_part = NULL;
+	c->mg_ev = NULL;
+}
+
+/* Scratch for n rows (S slots) and p2n user rows; grows with the persistent kernel stopped. */
+static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_t p2n)
+{
+	int rc;
+	if (!c->mg_ev)
+		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_ev, cudaEventDisableTiming));
+	if (!c->mg_copied)
+		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_copied, cudaEventDisableTiming));
+	for (int x = 0; x < 3; x++)
+		if (!c->mg_t[x])
+			MFS_CUDA_TRY(cudaEventCreate(&c->mg_t[x]));
+	if (!c->mg_part)
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_part, (size_t)MFS_SHARD_MAX * NORM_BLOCKS * sizeof(double)));
+	if (!c->mg_tab)
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_tab, sizeof(struct blend_tab)));
+	if (n > c->mg_cap || S != c->mg_S) {
+		if ((rc = pk_stop(c)))
+			return rc;
+		size_t nc = c->mg_cap ? c->mg_cap : 4096;
+		while (nc < n)
+			nc *= 2;
+		cudaFree(c->mg_rows);
+		cudaFree(c->mg_cnt);
+		cudaFree(c->mg_F);
+		cudaFree(c->mg_b);
+		c->mg_rows = c->mg_cnt = NULL, c->mg_F = NULL, c->mg_b = NULL, c->mg_cap = 0;
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_rows, nc * sizeof(uint32_t)));
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_cnt, nc * S * sizeof(uint32_t)));
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_F, nc * S * (size_t)k * c->es));
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_b, nc * S * sizeof(float)));
+		c->mg_cap = nc;
+		c->mg_S = S;
+	}
+	if (p2n > c->mg_p2_cap) {
+		if ((rc = pk_stop(c)))
+			return rc;
+		size_t nc = c->mg_p2_cap ? c->mg_p2_cap : 4096;
+		while (nc < p2n)
+			nc *= 2;
+		cudaFree(c->mg_p2);
+		c->mg_p2 = NULL, c->mg_p2_cap = 0;
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_p2, nc * sizeof(uint32_t)));
+		c->mg_p2_cap = nc;
+	}
+	return 0;
+}
+
+static int keep_upload(struct cuda_impl *c, uint32_t S, uint32_t s, const mfs_merge_job_t *job, struct kept **out)
+{
+	struct kept *kp = (struct kept *)calloc(1, sizeof *kp);
+	if (!kp)
+		return ENOMEM;
+	*out = kp;
+	const size_t n = job->n ? job->n : 1, p2n = job->p2_n[s] ? job->p2_n[s] : 1;
+	MFS_CUDA_TRY(cudaMalloc(&kp->rows, n * sizeof(uint32_t)));
+	MFS_CUDA_TRY(cudaMalloc(&kp->cnt, n * S * sizeof(uint32_t)));
+	MFS_CUDA_TRY(cudaMalloc(&kp->p2, p2n * sizeof(uint32_t)));
+	MFS_CUDA_TRY(cudaMemcpy(kp->rows, job->rows, job->n * sizeof(uint32_t), cudaMemcpyHostToDevice));
+	MFS_CUDA_TRY(cudaMemcpy(kp->cnt, job->cnt, job->n * S * sizeof(uint32_t), cudaMemcpyHostToDevice));
+	MFS_CUDA_TRY(cudaMemcpy(kp->p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t), cudaMemcpyHostToDevice));
+	kp->dense = dense_rows(job->rows, job->n, c->n_i);
+	return 0;
+}
+
+static unsigned warp_blocks(size_t n)
+{
+	const size_t want = (n + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+	return (unsigned)(want < 4096 ? (want ? want : 1) : 4096);
+}
+
+extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)
+{
+	struct cuda_impl *cs[MFS_SHARD_MAX];
+	const int k = subs[0]->model->k;
+	const size_t n = job->n;
+	int rc;
+	if (S > MERGE_MAX_S || k > 32 * MAX_E)
+		return MFS_EINVAL;
+	double p2_n = 0;
+	for (uint32_t s = 0; s < S; s++)
+		p2_n += (double)job->p2_n[s];
+	/* 1. every engine stopped, its scratch and the job's arrays on its device */
+	int dense = 0;
+	static int trace = -1;
+	if (trace < 0)
+		trace = getenv("MFS_MERGE_TRACE") != NULL;
+	for (uint32_t s = 0; s < S; s++) {
+		struct cuda_impl *c = cs[s] = impl_of(subs[s]);
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		if (!c->items_base)
+			return MFS_EINVAL;
+		if ((rc = pk_stop(c)) || (rc = merge_reserve(c, S, k, n, job->keep ? 0 : job->p2_n[s])))
+			return rc;
+		if (job->keep && !job->kept[s] && (rc = keep_upload(c, S, s, job, (struct kept **)&job->kept[s])))
+			return rc;
+	}
+	dense = job->keep ? ((const struct kept *)job->kept[0])->dense : dense_rows(job->rows, n, cs[0]->n_i);
+	for (uint32_t s = 0; s < S; s++) {
+		struct cuda_impl *c = cs[s];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		const uint32_t *rows = c->mg_rows, *p2 = c->mg_p2;
+		if (job->keep) {
+			const struct kept *kp = (const struct kept *)job->kept[s];
+			rows = kp->rows, p2 = kp->p2;
+		} else { /* pageable sources: staged before each call returns */
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_rows, job->rows, n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_cnt, job->cnt, n * S * sizeof(uint32_t), cudaMemcpyHostToDevice,
+			                             c->stream));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
+			                             cudaMemcpyHostToDevice, c->stream));
+		}
+		/* 2. this shard's |p|^2 partials and (unless the job is the whole table) its packed rows */
+		double *part = c->mg_part + (size_t)s * NORM_BLOCKS;
+		if (c->fp16)
+			norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
+			                                                                          job->p2_n[s], part);
+		else
+			norm2_kernel<float><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const float *)c->P, k, p2,
+			                                                                         job->p2_n[s], part);
+		MFS_CUDA_LAUNCHED();
+		const int words = (int)((size_t)k * c->es / 4);
+		if (n && !dense) {
+			pack_kernel<<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				(const uint32_t *)c->Q, c->bi, rows, n, words,
+				(uint32_t *)((char *)c->mg_F + (size_t)s * c->mg_cap * k * c->es), c->mg_b + (size_t)s * c->mg_cap);
+			MFS_CUDA_LAUNCHED();
+		}
+		/* 3. this shard's rows (its packed slot, or its table) and partials, pushed into the same
+		 * slot on every other device (device to device writes, NVLink where the pair has it) */
+		const size_t row_bytes = (size_t)k * c->es;
+		const void *src = dense ? c->Q : (const char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
+		const float *bsrc = dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
+		for (uint32_t d = 0; d < S; d++) {
+			const struct cuda_impl *o = cs[d];
+			if (d == s)
+				continue;
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + (size_t)s * o->mg_cap * row_bytes, o->dev, src, c->dev,
+			                                 n * row_bytes, c->stream));
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)s * o->mg_cap, o->dev, bsrc, c->dev, n * sizeof(float),
+			                                 c->stream));
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_part + (size_t)s * NORM_BLOCKS, o->dev, part, c->dev,
+			                                 NORM_BLOCKS * sizeof(double), c->stream));
+		}
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_copied, c->stream));
+	}
+	/* 4. the merge on every device, once every other device's rows have landed (and, for the
+	 * whole table, once its own replica, which it pushed, is no longer read: the same stream) */
+	const double lb = mfs_shard_blend_log((double)job->hp.lr * (1.0 + (double)job->hp.lambda_bi));
+	for (uint32_t d = 0; d < S && n; d++) {
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		const size_t row_bytes = (size_t)k * c->es;
+		struct merge_args a;
+		memset(&a, 0, sizeof a);
+		for (uint32_t s = 0; s < S; s++) {
+			a.F[s] = s == d && dense ? c->Q : (char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
+			a.b[s] = s == d && dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
+			if (s != d)
+				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_copied, 0));
+		}
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
+		a.rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d])->rows : c->mg_rows;
+		a.cnt = job->keep ? ((const struct kept *)job->kept[d])->cnt : c->mg_cnt;
+		a.n = n, a.S = S, a.k = k, a.combine = job->combine;
+		a.tab = (const struct blend_tab *)c->mg_tab, a.lb = lb;
+		lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, p2_n, (double)job->hp.lr, (double)job->hp.lambda_q, k,
+		                                  (struct blend_tab *)c->mg_tab);
+		MFS_CUDA_LAUNCHED();
+		if (job->combine == MFS_SHARD_BLEND) {
+			tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
+			MFS_CUDA_LAUNCHED();
+		}
+		if (c->fp16)
+			merge_kernel<__half><<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				a, (__half *)c->Q, c->bi, (__half *)c->Q0, c->b0);
+		else
+			merge_kernel<float><<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(a, (float *)c->Q, c->bi,
+			                                                                          (float *)c->Q0, c->b0);
+		MFS_CUDA_LAUNCHED();
+	}
+	/* every device done before its scratch is used again */
+	for (uint32_t d = 0; d < S; d++) {
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[2], c->stream));
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_ev, c->stream));
+		if ((rc = beside_wait(c, c->mg_ev)))
+			return rc;
+		if (trace && n) { /* MFS_MERGE_TRACE: where a merge's time goes, per device */
+			float push = 0, merge = 0;
+			MFS_CUDA_TRY(cudaEventElapsedTime(&push, c->mg_t[0], c->mg_t[1]));
+			MFS_CUDA_TRY(cudaEventElapsedTime(&merge, c->mg_t[1], c->mg_t[2]));
+			mfs_info("cuda", "msg=\"merge trace\" dev=%d rows=%zu dense=%d push_and_wait_ms=%.3f merge_ms=%.3f", c->dev, n,
+			         dense, push, merge);
+		}
+	}
+	return 0;
+}
+
+extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)
+{
+	for (uint32_t s = 0; s < S; s++) {
+		struct kept *kp = (struct kept *)job->kept[s];
+		if (!kp)
+			continue;
+		struct cuda_impl *c = impl_of(subs[s]);
+		cudaSetDevice(c->dev);
+		pk_stop(c); /* cudaFree synchronizes the device */
+		cudaFree(kp->rows);
+		cudaFree(kp->cnt);
+		cudaFree(kp->p2);
+		free(kp);
+		job->kept[s] = NULL;
+	}
+}
