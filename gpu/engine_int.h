@@ -65,7 +65,6 @@ typedef struct mfs_merge_job {
 	int keep;              /* the job repeats (resident epochs): the kind may keep what it uploads in
 	                          kept[] until merge_forget */
 	void *kept[MFS_SHARD_MAX];
-	double p2;             /* out: the |p|^2 the merge used */
 } mfs_merge_job_t;
 
 struct mfs_engine {

@@ -25,6 +25,9 @@
 
 /** Most shards the reference (and the design) takes: a host's GPUs. */
 #define MFS_SHARD_MAX 64
+/** Most shards a merge on the devices takes (gpu/cuda/merge.cu keeps a shard's factors per
+ *  row in registers): a host's GPUs. */
+#define MFS_SHARD_DEVICE_MAX 8
 
 enum mfs_shard_scheme {
 	/* items replicated on every shard; each shard's item changes since the last exchange are

@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/timeutil.h"
@@ -72,7 +73,7 @@
 struct part {
 	uint32_t *u, *i;
 	float *r;
-	size_t n, cap;
+	size_t n, cap_u, cap_i, cap_r;
 };
 
 struct shard {
@@ -84,7 +85,7 @@ struct shard {
 	uint32_t *cap_rows;
 	size_t *cap_pos;
 	float *cap_vals;
-	size_t cap_n, cap_cap;
+	size_t cap_n, cap_rows_n, cap_pos_n, cap_vals_n; /* used, and each array's capacity */
 };
 
 /* One piece of a set: the shards' sets, and the merge after it. */
@@ -117,10 +118,9 @@ struct sharded {
 	uint32_t *uni;
 	size_t nuni, cap_i;
 	uint32_t since;         /* batches since the last merge of every row */
-	uint32_t nu[MFS_SHARD_MAX], ni; /* rows each shard has from the caller's model */
 	/* merge scratch */
 	uint32_t *m_rows, *m_cnt;
-	size_t m_cap;
+	size_t m_rows_cap, m_cnt_cap;
 	float *acc;
 	double *tq;
 	/* progress: per batch not known applied, every shard's ticket */
@@ -229,7 +229,6 @@ static int take_rows(mfs_engine_t *e)
 		if (rc)
 			return rc;
 	}
-	x->ni = m->n_items;
 	return 0;
 }
 
@@ -246,32 +245,18 @@ static void collect_applied(mfs_engine_t *e)
 
 static void share_mu(struct sharded *x, const mfs_model_t *m)
 {
-	for (uint32_t s = 0; s < x->S; s++) {
+	for (uint32_t s = 0; s < x->S; s++)
 		x->sh[s].m.mu = m->mu;
-		x->sh[s].m.mu_sum = m->mu_sum;
-		x->sh[s].m.mu_count = m->mu_count;
-	}
 }
 
 /* ---- merges ------------------------------------------------------------------------------- */
 
 static int merge_reserve(struct sharded *x, size_t n)
 {
-	if (n <= x->m_cap)
-		return 0;
-	size_t c = x->m_cap ? x->m_cap : 1024;
-	while (c < n)
-		c *= 2;
-	uint32_t *rows = realloc(x->m_rows, c * sizeof *rows);
-	if (rows)
-		x->m_rows = rows;
-	uint32_t *cnt = realloc(x->m_cnt, c * x->S * sizeof *cnt);
-	if (cnt)
-		x->m_cnt = cnt;
-	if (!rows || !cnt)
-		return ENOMEM;
-	x->m_cap = c;
-	return 0;
+	return mfs_grow_from((void **)&x->m_rows, &x->m_rows_cap, n, sizeof *x->m_rows, 1024) ||
+	               mfs_grow_from((void **)&x->m_cnt, &x->m_cnt_cap, n * x->S, sizeof *x->m_cnt, 1024)
+	           ? ENOMEM
+	           : 0;
 }
 
 /* Merge job's rows on host arrays: the caller's model's item rows are the base. */
@@ -288,9 +273,8 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 		sum = s ? sum + part : part;
 		n += job->p2_n[s];
 	}
-	job->p2 = n ? sum / (double)n : 0;
 	double lb, lq;
-	mfs_merge_logs(&job->hp, x->k, job->p2, &lb, &lq);
+	mfs_merge_logs(&job->hp, x->k, n ? sum / (double)n : 0, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	for (size_t j = 0; j < job->n; j++) {
@@ -382,24 +366,11 @@ static int merge_pending(mfs_engine_t *e, int hot)
 
 static int part_reserve(struct part *pt, size_t n)
 {
-	if (n <= pt->cap)
-		return 0;
-	size_t c = pt->cap ? pt->cap : 1024;
-	while (c < n)
-		c *= 2;
-	uint32_t *u = realloc(pt->u, c * sizeof *u);
-	if (u)
-		pt->u = u;
-	uint32_t *i = realloc(pt->i, c * sizeof *i);
-	if (i)
-		pt->i = i;
-	float *r = realloc(pt->r, c * sizeof *r);
-	if (r)
-		pt->r = r;
-	if (!u || !i || !r)
-		return ENOMEM;
-	pt->cap = c;
-	return 0;
+	return mfs_grow_from((void **)&pt->u, &pt->cap_u, n, sizeof *pt->u, 1024) ||
+	               mfs_grow_from((void **)&pt->i, &pt->cap_i, n, sizeof *pt->i, 1024) ||
+	               mfs_grow_from((void **)&pt->r, &pt->cap_r, n, sizeof *pt->r, 1024)
+	           ? ENOMEM
+	           : 0;
 }
 
 static void part_free(struct part *pt)
@@ -850,7 +821,7 @@ static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, si
 	if (ent == 1) { /* every replica takes the fresh values; the base is the caller's (host) */
 		for (size_t j = 0; j < n; j++) {
 			const uint32_t i = rows[j];
-			if (i >= x->ni)
+			if (i >= x->sh[0].m.n_items) /* the shards do not have it yet: grow brings it */
 				continue;
 			if (x->in_uni[i]) /* its old counts are another id's: nothing left to merge */
 				memset(x->cnt + (size_t)i * S, 0, S * sizeof *x->cnt);
@@ -911,23 +882,12 @@ static int sharded_sync(mfs_engine_t *e)
 
 static int cap_reserve(struct shard *sh, size_t n, int k)
 {
-	if (n <= sh->cap_cap)
-		return 0;
-	size_t c = sh->cap_cap ? sh->cap_cap : 1024;
-	while (c < n)
-		c *= 2;
-	free(sh->cap_rows);
-	free(sh->cap_pos);
-	free(sh->cap_vals);
-	sh->cap_rows = malloc(c * sizeof *sh->cap_rows);
-	sh->cap_pos = malloc(c * sizeof *sh->cap_pos);
-	sh->cap_vals = malloc(c * (1 + (size_t)k) * sizeof *sh->cap_vals);
-	if (!sh->cap_rows || !sh->cap_pos || !sh->cap_vals) {
-		sh->cap_cap = 0;
-		return ENOMEM;
-	}
-	sh->cap_cap = c;
-	return 0;
+	return mfs_grow_from((void **)&sh->cap_rows, &sh->cap_rows_n, n, sizeof *sh->cap_rows, 1024) ||
+	               mfs_grow_from((void **)&sh->cap_pos, &sh->cap_pos_n, n, sizeof *sh->cap_pos, 1024) ||
+	               mfs_grow_from((void **)&sh->cap_vals, &sh->cap_vals_n, n * (1 + (size_t)k), sizeof *sh->cap_vals,
+	                             1024)
+	           ? ENOMEM
+	           : 0;
 }
 
 static int sharded_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float *du, const uint32_t *ir, size_t ni,
@@ -1119,6 +1079,11 @@ static int sharded_open(mfs_engine_t *e, char *errstr, size_t es)
 	}
 	x->host = x->sh[0].e->iface->merge == NULL;
 	x->threads = !x->host;
+	if (!x->host && S > MFS_SHARD_DEVICE_MAX) {
+		sharded_close(e);
+		return mfs_errf(errstr, es, MFS_EINVAL, "engine.devices: %u devices; a merge on the devices takes at most %d",
+		                S, MFS_SHARD_DEVICE_MAX);
+	}
 	int rc = take_rows(e);
 	if (rc) {
 		sharded_close(e);

@@ -45,7 +45,7 @@
 #include "gpu/shard.h"
 
 #define NORM_BLOCKS 128
-#define MERGE_MAX_S 8 /* shards a device merge takes: a host's GPUs (the per-shard factors live in registers) */
+#define MERGE_MAX_S MFS_SHARD_DEVICE_MAX /* the per-shard factors of a row live in registers */
 #define MAX_E 8       /* elements per lane: k / 32, k <= 256 */
 
 template <typename T> __device__ __forceinline__ float to_f(T v);

@@ -22,76 +22,12 @@
 #include "gpu/shard.h"
 #include "testhelp.h"
 #include "model_help.h"
+#include "planted_help.h"
 #ifdef MFS_HAVE_CUDA
 #include "gpu/cuda/cuda_probe.h"
 #endif
 
 static int g_devices; /* CUDA devices that answer */
-
-struct planted {
-	uint32_t *u, *i;
-	float *r;
-	size_t n, tn;
-	double mean;
-};
-
-static void planted(struct planted *pl, uint32_t nu, uint32_t ni, size_t n, size_t tn, double zipf, uint64_t seed)
-{
-	const int R = 4;
-	mfs_rng_t g;
-	mfs_rng_seed(&g, seed);
-	double *P = malloc((size_t)nu * R * sizeof *P), *Q = malloc((size_t)ni * R * sizeof *Q);
-	double *cdf = malloc(ni * sizeof *cdf), total = 0;
-	for (uint32_t x = 0; x < ni; x++)
-		cdf[x] = (total += zipf > 0 ? pow((double)x + 1, -zipf) : 1.0);
-	for (size_t x = 0; x < (size_t)nu * R; x++)
-		P[x] = 0.6 * mfs_rng_normal(&g);
-	for (size_t x = 0; x < (size_t)ni * R; x++)
-		Q[x] = 0.6 * mfs_rng_normal(&g);
-	pl->n = n, pl->tn = tn;
-	pl->u = malloc((n + tn) * sizeof *pl->u);
-	pl->i = malloc((n + tn) * sizeof *pl->i);
-	pl->r = malloc((n + tn) * sizeof *pl->r);
-	double sum = 0;
-	for (size_t x = 0; x < n + tn; x++) {
-		const uint32_t u = (uint32_t)mfs_rng_below(&g, nu);
-		const double y = mfs_rng_uniform(&g) * total;
-		uint32_t lo = 0, hi = ni - 1;
-		while (lo < hi) {
-			const uint32_t mid = (lo + hi) / 2;
-			if (cdf[mid] <= y)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		double d = 3.0 + 0.3 * sin((double)u) + 0.3 * cos((double)lo);
-		for (int f = 0; f < R; f++)
-			d += P[(size_t)u * R + f] * Q[(size_t)lo * R + f];
-		pl->u[x] = u, pl->i[x] = lo;
-		pl->r[x] = (float)(d + 0.3 * mfs_rng_normal(&g));
-		if (x < n)
-			sum += pl->r[x];
-	}
-	pl->mean = sum / (double)n;
-	free(P);
-	free(Q);
-	free(cdf);
-}
-
-static void planted_free(struct planted *pl)
-{
-	free(pl->u);
-	free(pl->i);
-	free(pl->r);
-}
-
-static mfs_model_t *mk_model(int k, uint32_t nu, uint32_t ni, double mean)
-{
-	mfs_model_t *m = model_with_rows(k, nu, ni, 11);
-	if (m)
-		mfs_model_observe(m, mean, 1);
-	return m;
-}
 
 static mfs_engine_t *open_cuda(mfs_model_t *m, uint32_t S, int det, int fp16, uint32_t every, uint32_t hot,
                                uint32_t pieces)
