@@ -32,6 +32,7 @@
 #include "gpu/engine_int.h"
 
 #define WARPS_PER_BLOCK 8
+#define MG_CHUNKS 8 /* a merge's rows are pushed and merged in up to this many chunks (merge.cu) */
 #define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_modes) */
 #define HOT_GAIN 1.0 /* ... or by more than HOT_GAIN / lr: hot_c() */
 #define PLAIN_C 0.1 /* default: rows held by at most this many warps at once take plain stores */
@@ -162,8 +163,10 @@ struct cuda_impl {
 	void *mg_tab; /* BLEND's factors by count (merge.cu, struct blend_tab) */
 	size_t mg_cap, mg_p2_cap;
 	uint32_t mg_S;
-	cudaEvent_t mg_ev, mg_copied; /* the merge done; this device's rows pushed to every peer */
-	cudaEvent_t mg_t[3];          /* MFS_MERGE_TRACE: before the pushes, before and after the merge kernel */
+	cudaStream_t mg_cs;           /* this device's pushes to its peers, beside the merge kernels */
+	cudaEvent_t mg_ev, mg_ready;  /* the merge done; this device's partials and rows ready to push */
+	cudaEvent_t mg_pushed[MG_CHUNKS]; /* chunk j of this device's rows pushed to every peer */
+	cudaEvent_t mg_t[4];          /* MFS_MERGE_TRACE: start, pushes begun, pushes done, merge done */
 };
 
 static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }
@@ -210,8 +213,8 @@ int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
 int cuda_base_grow(struct cuda_impl *c, int k);
 int cuda_base_open(struct cuda_impl *c);
 void cuda_merge_free(struct cuda_impl *c);
-/* merge.cu's kernels (which: 0 norm2, 1 pack, 2 merge, 3 lq, 4 table), for pk_open's load beside the ring */
-const void *merge_fn(int fp16, int which);
+/* merge.cu's kernels (which: 0 norm2, 1 pack, 2 merge at k, 3 lq, 4 table), for pk_open's load beside the ring */
+const void *merge_fn(int fp16, int k, int which);
 extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);
 extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);
 

@@ -13,20 +13,26 @@
  * (within an ulp of glibc's), so parity with the reference is to a tolerance, and every device
  * computes the same bits from the same inputs.
  *
- * Steps (each on every device's engine stream; one host wait per device at the end):
- *   1. norm2_kernel: the sum of |p|^2 over the job's user rows of this shard, in NORM_BLOCKS
- *      fixed partial sums (deterministic), into this device's slot of its partials;
- *   2. pack_kernel: the rows' values of this replica into this device's slot of the packed
- *      rows (n x k elements, n biases);
- *   3. device to device copies (cudaMemcpyPeerAsync, NVLink where the GPUs have it) of every
- *      other device's slot of packed rows and partials, each after that device's event;
- *   4. merge_kernel: |p|^2 from all partials in shard order, then per row the merge, written to
- *      Q, bi, Q0 and b0.
+ * Steps (one host wait per device at the end):
+ *   1. norm2_kernel (engine stream): the sum of |p|^2 over the job's user rows of this shard, in
+ *      NORM_BLOCKS fixed partial sums (deterministic), into this device's slot of its partials;
+ *   2. pack_kernel (engine stream): the rows' values of this replica into this device's slot of
+ *      the packed rows (n x k elements, n biases);
+ *   3. on the device's copy stream (mg_cs): device to device copies (cudaMemcpyPeerAsync,
+ *      NVLink where the GPUs have it) of this device's partials, then of its packed rows in up
+ *      to MG_CHUNKS chunks, into the same slot on every other device, an event per chunk;
+ *   4. merge_kernel (engine stream), chunk by chunk once every device has pushed that chunk:
+ *      |p|^2 from all partials in shard order (before the first chunk), then per row the
+ *      merge, written to Q, bi, Q0 and b0. Chunk j merges while chunk j + 1 crosses NVLink.
  * A job that is the whole table (rows 0 .. n - 1: the end of an epoch where every item was
- * rated) packs nothing: the peers copy the replica itself and the merge reads the device's own.
+ * rated) packs nothing: the peers copy the replica itself and the merge reads the device's own,
+ * so a chunk's merge, which overwrites that replica, also waits for this device's own push.
  * Bytes per merged row and device: (S - 1) x (k x element + 4) received, then S + 1 rows read
  * and 2 written (packing: 1 more read and written). Launch shapes: a warp per row (lane l holds
- * elements l k / 32 ..), 8 warps a block, up to 4096 blocks (grid-stride).
+ * elements l k / 32 ..), 8 warps a block, up to 4096 blocks a chunk (grid-stride).
+ * Measured on two H200s (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16: the push of 256 MB
+ * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock);
+ * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge.
  *
  * DESIGN: every engine's persistent kernel is stopped first (every batch applied; the next batch
  * relaunches it): beside running persistent kernels on both devices, merges waited 2 s and more
@@ -41,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/timeutil.h"
 #include "gpu/cuda/cuda_int.h"
 #include "gpu/shard.h"
 
@@ -159,72 +166,71 @@ __global__ void tab_kernel(double lb, struct blend_tab *tab)
 
 struct merge_args {
 	const uint32_t *rows, *cnt; /* rows NULL: the rows are 0 .. n - 1 (the whole table) */
-	size_t n;
+	size_t lo, hi;              /* this launch's part of the job: entries [lo, hi) */
 	uint32_t S;
-	int k, combine;
+	int combine;
 	const void *F[MERGE_MAX_S]; /* shard s's values of the rows, packed (n x k elements) */
 	const float *b[MERGE_MAX_S]; /* and their biases */
 	const struct blend_tab *tab;
 	double lb;
 };
 
-/* A lane's E = k / 32 contiguous elements of a row (E x sizeof(T) bytes: 2 to 32, aligned to
- * that, so a warp reads or writes a row as one coalesced run), widened to fp32. */
-template <typename T> __device__ __forceinline__ void ld_lane(const T *p, int E, float *v)
+/* The widest load of B bytes that a lane's run of B bytes is aligned to (B's largest power of
+ * two, up to 16): a lane's elements start at lane x B bytes within a row of 32 B. */
+template <int B> struct lane_word;
+template <> struct lane_word<16> { typedef uint4 t; };
+template <> struct lane_word<8> { typedef uint2 t; };
+template <> struct lane_word<4> { typedef unsigned int t; };
+template <> struct lane_word<2> { typedef unsigned short t; };
+template <typename T, int E> struct lane_io {
+	static constexpr int bytes = E * (int)sizeof(T);
+	static constexpr int W = bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : bytes % 4 == 0 ? 4 : 2;
+	typedef typename lane_word<W>::t word;
+};
+
+/* A lane's E = k / 32 contiguous elements of a row (one coalesced run a warp), widened to fp32. */
+template <typename T, int E> __device__ __forceinline__ void ld_lane(const T *p, float *v)
 {
-	T t[MAX_E];
-	const int bytes = E * (int)sizeof(T);
-	if (bytes >= 16) {
+	typedef typename lane_io<T, E>::word word;
+	constexpr int n = lane_io<T, E>::bytes / lane_io<T, E>::W;
+	__align__(16) T t[E];
 #pragma unroll
-		for (int w = 0; w < (int)(MAX_E * sizeof(T) / 16); w++)
-			if (w * 16 < bytes)
-				*(uint4 *)((char *)t + w * 16) = __ldcg((const uint4 *)((const char *)p + w * 16));
-	} else if (bytes == 8) {
-		*(uint2 *)t = __ldcg((const uint2 *)p);
-	} else if (bytes == 4) {
-		*(unsigned int *)t = __ldcg((const unsigned int *)p);
-	} else {
-		t[0] = p[0];
-	}
+	for (int w = 0; w < n; w++)
+		((word *)t)[w] = __ldcg((const word *)p + w);
 #pragma unroll
-	for (int e = 0; e < MAX_E; e++)
-		v[e] = e < E ? to_f<T>(t[e]) : 0.f;
+	for (int e = 0; e < E; e++)
+		v[e] = to_f<T>(t[e]);
 }
 
-template <typename T> __device__ __forceinline__ void st_lane(T *p, int E, const float *v)
+template <typename T, int E> __device__ __forceinline__ void st_lane(T *p, const float *v)
 {
-	T t[MAX_E];
+	typedef typename lane_io<T, E>::word word;
+	constexpr int n = lane_io<T, E>::bytes / lane_io<T, E>::W;
+	__align__(16) T t[E];
 #pragma unroll
-	for (int e = 0; e < MAX_E; e++)
+	for (int e = 0; e < E; e++)
 		t[e] = from_f<T>(v[e]);
-	const int bytes = E * (int)sizeof(T);
-	if (bytes >= 16) {
 #pragma unroll
-		for (int w = 0; w < (int)(MAX_E * sizeof(T) / 16); w++)
-			if (w * 16 < bytes)
-				*(uint4 *)((char *)p + w * 16) = *(const uint4 *)((const char *)t + w * 16);
-	} else if (bytes == 8) {
-		*(uint2 *)p = *(const uint2 *)t;
-	} else if (bytes == 4) {
-		*(unsigned int *)p = *(const unsigned int *)t;
-	} else {
-		p[0] = t[0];
-	}
+	for (int w = 0; w < n; w++)
+		((word *)p)[w] = ((const word *)t)[w];
 }
 
-/* A warp per row; lane l holds elements l E .. l E + E - 1 (E = k / 32), lane 0 the bias too.
- * The per-shard counts and BLEND factors (from the table) are read by lane s for shard s and
- * shared by shuffles; the shards are then walked in order, as mfs_merge_row_ref does. */
-template <typename T>
-__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, 2) merge_kernel(struct merge_args a, T *Q, float *bi, T *Q0,
-                                                                       float *b0)
+/* A warp per row; lane l holds elements l E .. l E + E - 1 (E = k / 32, a template argument so
+ * that a row's registers are exactly its elements: at k = 128, 16 warps an SM with E as a
+ * bound at run time, 48 with it known), lane 0 the bias too. The per-shard counts and BLEND
+ * factors (from the table) are read by lane s for shard s and shared by shuffles; the shards
+ * are then walked in order, as mfs_merge_row_ref does. */
+template <typename T, int E>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, E <= 4 ? 4 : 2)
+	merge_kernel(struct merge_args a, T *Q, float *bi, T *Q0, float *b0)
 {
 	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
 	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
-	const int lane = threadIdx.x & 31, k = a.k, E = k / 32;
+	const int lane = threadIdx.x & 31;
+	constexpr int k = 32 * E;
 	const uint32_t S = a.S;
 	const double lq = a.tab->lq, lb = a.lb;
-	for (size_t x = warp; x < a.n; x += warps) {
+	for (size_t x = a.lo + warp; x < a.hi; x += warps) {
 		const size_t i = a.rows ? a.rows[x] : x;
 		const uint32_t mine = (uint32_t)lane < S ? a.cnt[x * S + lane] : 0u;
 		const unsigned live = __ballot_sync(0xffffffffu, mine != 0) & ((1u << S) - 1u);
@@ -242,32 +248,32 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, 2) merge_kernel(struct m
 			}
 		}
 		const size_t off = i * (size_t)k + (size_t)lane * E;
-		float q0[MAX_E], v[MAX_E], o[MAX_E];
+		float q0[E], v[E], o[E];
 		const float b_0 = lane == 0 ? b0[i] : 0.f;
 		float ob = lane == 0 ? a.b[c][x] : 0.f;
-		ld_lane<T>(Q0 + off, E, q0);
-		ld_lane<T>((const T *)a.F[c] + x * (size_t)k + (size_t)lane * E, E, o);
+		ld_lane<T, E>(Q0 + off, q0);
+		ld_lane<T, E>((const T *)a.F[c] + x * (size_t)k + (size_t)lane * E, o);
 		if (count > 1 && !blend) { /* SUM or MEAN, in float, shards in order */
 			for (uint32_t s = c + 1; s < S; s++) {
 				if (!(live >> s & 1u))
 					continue;
-				ld_lane<T>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, E, v);
+				ld_lane<T, E>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, v);
 				const float vb = lane == 0 ? a.b[s][x] : 0.f;
 #pragma unroll
-				for (int e = 0; e < MAX_E; e++)
+				for (int e = 0; e < E; e++)
 					o[e] = a.combine == MFS_SHARD_MEAN ? __fadd_rn(o[e], v[e]) : __fadd_rn(o[e], __fsub_rn(v[e], q0[e]));
 				ob = a.combine == MFS_SHARD_MEAN ? __fadd_rn(ob, vb) : __fadd_rn(ob, __fsub_rn(vb, b_0));
 			}
 			if (a.combine == MFS_SHARD_MEAN) {
 #pragma unroll
-				for (int e = 0; e < MAX_E; e++)
+				for (int e = 0; e < E; e++)
 					o[e] = __fdiv_rn(o[e], (float)count);
 				ob = __fdiv_rn(ob, (float)count);
 			}
 		} else if (blend) { /* q = q0 + (1 - prod a_s) / N sum_s w_s (q_s - q0), in double */
-			double t[MAX_E], tb = 0, prod_b = 1, prod_q = 1, N = 0;
+			double t[E], tb = 0, prod_b = 1, prod_q = 1, N = 0;
 #pragma unroll
-			for (int e = 0; e < MAX_E; e++)
+			for (int e = 0; e < E; e++)
 				t[e] = 0;
 			for (uint32_t s = c; s < S; s++) {
 				const double e_b = __shfl_sync(0xffffffffu, eb, (int)s), e_q = __shfl_sync(0xffffffffu, eq, (int)s);
@@ -280,25 +286,25 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, 2) merge_kernel(struct m
 				N = __dadd_rn(N, (double)ns);
 				if (s == c) {
 #pragma unroll
-					for (int e = 0; e < MAX_E; e++)
+					for (int e = 0; e < E; e++)
 						v[e] = o[e];
 				} else {
-					ld_lane<T>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, E, v);
+					ld_lane<T, E>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, v);
 				}
 				const float vb = lane == 0 ? a.b[s][x] : 0.f;
 #pragma unroll
-				for (int e = 0; e < MAX_E; e++)
+				for (int e = 0; e < E; e++)
 					t[e] = __dadd_rn(t[e], __dmul_rn(w_q, __dsub_rn((double)v[e], (double)q0[e])));
 				tb = __dadd_rn(tb, __dmul_rn(w_b, __dsub_rn((double)vb, (double)b_0)));
 			}
 			const double Cb = __ddiv_rn(__dsub_rn(1.0, prod_b), N), Cq = __ddiv_rn(__dsub_rn(1.0, prod_q), N);
 #pragma unroll
-			for (int e = 0; e < MAX_E; e++)
+			for (int e = 0; e < E; e++)
 				o[e] = (float)__dadd_rn((double)q0[e], __dmul_rn(Cq, t[e]));
 			ob = (float)__dadd_rn((double)b_0, __dmul_rn(Cb, tb));
 		}
-		st_lane<T>(Q + off, E, o);
-		st_lane<T>(Q0 + off, E, o);
+		st_lane<T, E>(Q + off, o);
+		st_lane<T, E>(Q0 + off, o);
 		if (lane == 0) {
 			bi[i] = ob;
 			b0[i] = ob;
@@ -306,7 +312,22 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, 2) merge_kernel(struct m
 	}
 }
 
-const void *merge_fn(int fp16, int which)
+/* merge_kernel<T, k / 32> (k a multiple of 32 in 32 .. 256: cuda_can_implement) */
+template <typename T> static const void *merge_kernel_fn(int k)
+{
+	switch (k / 32) {
+	case 1: return (const void *)merge_kernel<T, 1>;
+	case 2: return (const void *)merge_kernel<T, 2>;
+	case 3: return (const void *)merge_kernel<T, 3>;
+	case 4: return (const void *)merge_kernel<T, 4>;
+	case 5: return (const void *)merge_kernel<T, 5>;
+	case 6: return (const void *)merge_kernel<T, 6>;
+	case 7: return (const void *)merge_kernel<T, 7>;
+	default: return (const void *)merge_kernel<T, 8>;
+	}
+}
+
+const void *merge_fn(int fp16, int k, int which)
 {
 	switch (which) {
 	case 0:
@@ -318,7 +339,7 @@ const void *merge_fn(int fp16, int which)
 	case 4:
 		return (const void *)tab_kernel;
 	default:
-		return fp16 ? (const void *)merge_kernel<__half> : (const void *)merge_kernel<float>;
+		return fp16 ? merge_kernel_fn<__half>(k) : merge_kernel_fn<float>(k);
 	}
 }
 
@@ -401,14 +422,22 @@ void cuda_merge_free(struct cuda_impl *c)
 	c->mg_tab = NULL;
 	if (c->mg_ev)
 		cudaEventDestroy(c->mg_ev);
-	if (c->mg_copied)
-		cudaEventDestroy(c->mg_copied);
-	c->mg_copied = NULL;
-	for (int x = 0; x < 3; x++) {
+	if (c->mg_ready)
+		cudaEventDestroy(c->mg_ready);
+	c->mg_ready = NULL;
+	for (int x = 0; x < MG_CHUNKS; x++) {
+		if (c->mg_pushed[x])
+			cudaEventDestroy(c->mg_pushed[x]);
+		c->mg_pushed[x] = NULL;
+	}
+	for (int x = 0; x < 4; x++) {
 		if (c->mg_t[x])
 			cudaEventDestroy(c->mg_t[x]);
 		c->mg_t[x] = NULL;
 	}
+	if (c->mg_cs)
+		cudaStreamDestroy(c->mg_cs);
+	c->mg_cs = NULL;
 	c->Q0 = c->mg_F = NULL;
 	c->b0 = NULL;
 	c->mg_rows = c->mg_cnt = c->mg_p2 = NULL;
@@ -423,11 +452,16 @@ static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_
 	int rc;
 	if (!c->mg_ev)
 		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_ev, cudaEventDisableTiming));
-	if (!c->mg_copied)
-		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_copied, cudaEventDisableTiming));
-	for (int x = 0; x < 3; x++)
+	if (!c->mg_ready)
+		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_ready, cudaEventDisableTiming));
+	for (int x = 0; x < MG_CHUNKS; x++)
+		if (!c->mg_pushed[x])
+			MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_pushed[x], cudaEventDisableTiming));
+	for (int x = 0; x < 4; x++)
 		if (!c->mg_t[x])
 			MFS_CUDA_TRY(cudaEventCreate(&c->mg_t[x]));
+	if (!c->mg_cs)
+		MFS_CUDA_TRY(cudaStreamCreateWithFlags(&c->mg_cs, cudaStreamNonBlocking));
 	if (!c->mg_part)
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_part, (size_t)MFS_SHARD_MAX * NORM_BLOCKS * sizeof(double)));
 	if (!c->mg_tab)
@@ -487,22 +521,48 @@ static unsigned warp_blocks(size_t n)
 	return (unsigned)(want < 4096 ? (want ? want : 1) : 4096);
 }
 
+/* Chunks a job of n rows is pushed and merged in: chunk j's merge runs while chunk j + 1 is
+ * pushed. At least MG_CHUNK_MIN rows a chunk (a small job, the hot rows of a batch, is one). */
+#define MG_CHUNK_MIN 32768
+static uint32_t merge_chunks(size_t n)
+{
+	const size_t c = n / MG_CHUNK_MIN;
+	return c < 1 ? 1 : c > MG_CHUNKS ? MG_CHUNKS : (uint32_t)c;
+}
+
+template <typename T>
+static void launch_merge(int k, unsigned blocks, cudaStream_t st, const struct merge_args &a, T *Q, float *bi, T *Q0,
+                         float *b0)
+{
+	const unsigned th = 32 * WARPS_PER_BLOCK;
+	switch (k / 32) {
+	case 1: merge_kernel<T, 1><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 2: merge_kernel<T, 2><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 3: merge_kernel<T, 3><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 4: merge_kernel<T, 4><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 5: merge_kernel<T, 5><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 6: merge_kernel<T, 6><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	case 7: merge_kernel<T, 7><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	default: merge_kernel<T, 8><<<blocks, th, 0, st>>>(a, Q, bi, Q0, b0); break;
+	}
+}
+
 extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)
 {
 	struct cuda_impl *cs[MFS_SHARD_MAX];
 	const int k = subs[0]->model->k;
 	const size_t n = job->n;
 	int rc;
-	if (S > MERGE_MAX_S || k > 32 * MAX_E)
+	if (S > MERGE_MAX_S || k > 32 * MAX_E || k % 32)
 		return MFS_EINVAL;
 	double p2_n = 0;
 	for (uint32_t s = 0; s < S; s++)
 		p2_n += (double)job->p2_n[s];
-	/* 1. every engine stopped, its scratch and the job's arrays on its device */
-	int dense = 0;
 	static int trace = -1;
 	if (trace < 0)
 		trace = getenv("MFS_MERGE_TRACE") != NULL;
+	const double h0 = trace ? mfs_now_s() : 0;
+	/* 1. every engine stopped, its scratch and the job's arrays on its device */
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s] = impl_of(subs[s]);
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
@@ -513,10 +573,13 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		if (job->keep && !job->kept[s] && (rc = keep_upload(c, S, s, job, (struct kept **)&job->kept[s])))
 			return rc;
 	}
-	dense = job->keep ? ((const struct kept *)job->kept[0])->dense : dense_rows(job->rows, n, cs[0]->n_i);
+	const int dense = job->keep ? ((const struct kept *)job->kept[0])->dense : dense_rows(job->rows, n, cs[0]->n_i);
+	const uint32_t C = merge_chunks(n);
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
 		const uint32_t *rows = c->mg_rows, *p2 = c->mg_p2;
 		if (job->keep) {
 			const struct kept *kp = (const struct kept *)job->kept[s];
@@ -544,30 +607,41 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 				(uint32_t *)((char *)c->mg_F + (size_t)s * c->mg_cap * k * c->es), c->mg_b + (size_t)s * c->mg_cap);
 			MFS_CUDA_LAUNCHED();
 		}
-		/* 3. this shard's rows (its packed slot, or its table) and partials, pushed into the same
-		 * slot on every other device (device to device writes, NVLink where the pair has it) */
-		const size_t row_bytes = (size_t)k * c->es;
-		const void *src = dense ? c->Q : (const char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
-		const float *bsrc = dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
+		/* 3. on the copy stream: the partials, then chunk by chunk this shard's rows (its packed
+		 * slot, or its table), into the same slot on every other device (device to device
+		 * writes, NVLink where the pair has it), an event after each chunk */
+		MFS_CUDA_TRY(cudaStreamWaitEvent(c->mg_cs, c->mg_ready, 0));
 		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
-		for (uint32_t d = 0; d < S; d++) {
-			const struct cuda_impl *o = cs[d];
-			if (d == s)
-				continue;
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + (size_t)s * o->mg_cap * row_bytes, o->dev, src, c->dev,
-			                                 n * row_bytes, c->stream));
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)s * o->mg_cap, o->dev, bsrc, c->dev, n * sizeof(float),
-			                                 c->stream));
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_part + (size_t)s * NORM_BLOCKS, o->dev, part, c->dev,
-			                                 NORM_BLOCKS * sizeof(double), c->stream));
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->mg_cs));
+		const size_t row_bytes = (size_t)k * c->es;
+		const char *src = dense ? (const char *)c->Q : (const char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
+		const float *bsrc = dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
+		for (uint32_t d = 0; d < S; d++)
+			if (d != s)
+				MFS_CUDA_TRY(cudaMemcpyPeerAsync(cs[d]->mg_part + (size_t)s * NORM_BLOCKS, cs[d]->dev, part, c->dev,
+				                                 NORM_BLOCKS * sizeof(double), c->mg_cs));
+		for (uint32_t j = 0; j < C; j++) {
+			const size_t lo = n * j / C, m = n * (j + 1) / C - lo;
+			for (uint32_t d = 0; d < S; d++) {
+				const struct cuda_impl *o = cs[d];
+				if (d == s || !m)
+					continue;
+				MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)s * o->mg_cap + lo) * row_bytes, o->dev,
+				                                 src + lo * row_bytes, c->dev, m * row_bytes, c->mg_cs));
+				MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)s * o->mg_cap + lo, o->dev, bsrc + lo, c->dev,
+				                                 m * sizeof(float), c->mg_cs));
+			}
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_pushed[j], c->mg_cs));
 		}
-		MFS_CUDA_TRY(cudaEventRecord(c->mg_copied, c->stream));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[2], c->mg_cs));
 	}
-	/* 4. the merge on every device, once every other device's rows have landed (and, for the
-	 * whole table, once its own replica, which it pushed, is no longer read: the same stream) */
+	/* 4. the merge on every device, chunk by chunk, once every device's push of the chunk is
+	 * done: the others' rows have landed, and (for the whole table) this device's own replica,
+	 * which the merge overwrites, has been read */
 	const double lb = mfs_shard_blend_log((double)job->hp.lr * (1.0 + (double)job->hp.lambda_bi));
-	for (uint32_t d = 0; d < S && n; d++) {
+	for (uint32_t d = 0; d < S; d++) {
 		struct cuda_impl *c = cs[d];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
 		const size_t row_bytes = (size_t)k * c->es;
@@ -576,47 +650,54 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		for (uint32_t s = 0; s < S; s++) {
 			a.F[s] = s == d && dense ? c->Q : (char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
 			a.b[s] = s == d && dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
-			if (s != d)
-				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_copied, 0));
 		}
-		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
 		a.rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d])->rows : c->mg_rows;
 		a.cnt = job->keep ? ((const struct kept *)job->kept[d])->cnt : c->mg_cnt;
-		a.n = n, a.S = S, a.k = k, a.combine = job->combine;
+		a.S = S, a.combine = job->combine;
 		a.tab = (const struct blend_tab *)c->mg_tab, a.lb = lb;
-		lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, p2_n, (double)job->hp.lr, (double)job->hp.lambda_q, k,
-		                                  (struct blend_tab *)c->mg_tab);
-		MFS_CUDA_LAUNCHED();
-		if (job->combine == MFS_SHARD_BLEND) {
-			tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
+		for (uint32_t j = 0; j < C && n; j++) {
+			for (uint32_t s = 0; s < S; s++)
+				if (s != d || dense)
+					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_pushed[j], 0));
+			if (j == 0) { /* every partial has landed with chunk 0 (the same copy streams, before it) */
+				lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, p2_n, (double)job->hp.lr, (double)job->hp.lambda_q, k,
+				                                  (struct blend_tab *)c->mg_tab);
+				MFS_CUDA_LAUNCHED();
+				if (job->combine == MFS_SHARD_BLEND) {
+					tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
+					MFS_CUDA_LAUNCHED();
+				}
+			}
+			a.lo = n * j / C, a.hi = n * (j + 1) / C;
+			if (c->fp16)
+				launch_merge<__half>(k, warp_blocks(a.hi - a.lo), c->stream, a, (__half *)c->Q, c->bi, (__half *)c->Q0, c->b0);
+			else
+				launch_merge<float>(k, warp_blocks(a.hi - a.lo), c->stream, a, (float *)c->Q, c->bi, (float *)c->Q0, c->b0);
 			MFS_CUDA_LAUNCHED();
 		}
-		if (c->fp16)
-			merge_kernel<__half><<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
-				a, (__half *)c->Q, c->bi, (__half *)c->Q0, c->b0);
-		else
-			merge_kernel<float><<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(a, (float *)c->Q, c->bi,
-			                                                                          (float *)c->Q0, c->b0);
-		MFS_CUDA_LAUNCHED();
 	}
-	/* every device done before its scratch is used again */
+	/* every device done before its scratch is used again (and every copy stream: a chunk's
+	 * merge waited for it, but a job of no rows has no merge) */
 	for (uint32_t d = 0; d < S; d++) {
 		struct cuda_impl *c = cs[d];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		if (!n)
+			MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pushed[C - 1], 0));
 		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[2], c->stream));
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[3], c->stream));
 		MFS_CUDA_TRY(cudaEventRecord(c->mg_ev, c->stream));
 		if ((rc = beside_wait(c, c->mg_ev)))
 			return rc;
-		if (trace && n) { /* MFS_MERGE_TRACE: where a merge's time goes, per device */
-			float push = 0, merge = 0;
-			MFS_CUDA_TRY(cudaEventElapsedTime(&push, c->mg_t[0], c->mg_t[1]));
-			MFS_CUDA_TRY(cudaEventElapsedTime(&merge, c->mg_t[1], c->mg_t[2]));
-			mfs_info("cuda", "msg=\"merge trace\" dev=%d rows=%zu dense=%d push_and_wait_ms=%.3f merge_ms=%.3f", c->dev, n,
-			         dense, push, merge);
-		}
 	}
+	if (trace && n) /* MFS_MERGE_TRACE: where a merge's time goes, per device */
+		for (uint32_t d = 0; d < S; d++) {
+			struct cuda_impl *c = cs[d];
+			float all = 0, push = 0;
+			MFS_CUDA_TRY(cudaEventElapsedTime(&all, c->mg_t[0], c->mg_t[3]));
+			MFS_CUDA_TRY(cudaEventElapsedTime(&push, c->mg_t[1], c->mg_t[2]));
+			mfs_info("cuda", "msg=\"merge trace\" dev=%d rows=%zu dense=%d chunks=%u device_ms=%.3f push_ms=%.3f "
+			         "host_ms=%.3f", c->dev, n, dense, C, all, push, (mfs_now_s() - h0) * 1e3);
+		}
 	return 0;
 }
 
