@@ -41,7 +41,7 @@
  * kernel the whole GPU (engine conf frequent_loss 0) instead of leaving room for a loss kernel.
  * A NAME xS (x2, x4, x2-p16-h4) shards the model over S CUDA devices (engine.devices: gpu/sharded.c,
  * docs/SCALE_OUT.md; devices 0..S-1, round the ones that answer), -pP pieces an epoch
- * (engine.merge_pieces, default 8; one unless heavy skew), -hH the hot rows' threshold
+ * (engine.merge_pieces, default 16; one unless heavy skew), -hH the hot rows' threshold
  * (engine.merge_hot, default 8).
  * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
  * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
@@ -233,7 +233,7 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h");
 		ec.shards = (uint32_t)atoi(variant + 1);
 		ec.merge_batches = 8;
-		ec.merge_pieces = p ? (uint32_t)atoi(p + 2) : 8;
+		ec.merge_pieces = p ? (uint32_t)atoi(p + 2) : 16;
 		ec.merge_hot = h ? (uint32_t)atoi(h + 2) : 8;
 		for (uint32_t s = 0; s < ec.shards && s < MFS_SHARD_MAX; s++)
 			ec.devices[s] = (int)(s % (uint32_t)(n_devices > 0 ? n_devices : 1));
@@ -461,12 +461,27 @@ int main(int argc, char **argv)
 	/* one engine per variant ("" = the engine's defaults), all from the same initial model:
 	 * a CUDA engine trains its device copy and the host model is never synced here */
 	char vbuf[256];
-	snprintf(vbuf, sizeof vbuf, "%s", o.variants && is_cuda ? o.variants : "");
+	snprintf(vbuf, sizeof vbuf, "%s", o.variants ? o.variants : "");
+	/* CPU engines train the host model in place: every variant starts from a copy of the
+	 * initial one */
+	const size_t kk = (size_t)o.k;
+	float *P0 = malloc((size_t)o.users * kk * 4), *Q0 = malloc((size_t)o.items * kk * 4);
+	float *bu0 = malloc((size_t)o.users * 4), *bi0 = malloc((size_t)o.items * 4);
+	if (!P0 || !Q0 || !bu0 || !bi0)
+		return 1;
+	memcpy(P0, m->P, (size_t)o.users * kk * 4);
+	memcpy(Q0, m->Q, (size_t)o.items * kk * 4);
+	memcpy(bu0, m->bu, (size_t)o.users * 4);
+	memcpy(bi0, m->bi, (size_t)o.items * 4);
 	char *save = NULL;
 	const char *var = strtok_r(vbuf, ",", &save);
 	for (int first = 1; first || var; first = 0, var = var ? strtok_r(NULL, ",", &save) : NULL) {
 		if (!var)
 			var = ""; /* no --variants: one run with the defaults */
+		memcpy(m->P, P0, (size_t)o.users * kk * 4);
+		memcpy(m->Q, Q0, (size_t)o.items * kk * 4);
+		memcpy(m->bu, bu0, (size_t)o.users * 4);
+		memcpy(m->bi, bi0, (size_t)o.items * 4);
 		if (run_variant(&o, m, is_cuda, fp16, var[0] ? var : "default", U, I, R, ntrain, TU, TI, TR, ntest,
 		                copy_gbps, t_gen))
 			return 1;
