@@ -9,6 +9,8 @@
  *     snapshot.grow     growing the LMDB map after MDB_MAP_FULL
  *     snapshot.reserve  reserving disk for the snapshot's pages (posix_fallocate)
  *     engine.sgd        the engine taking a batch (on the GPU: its copy into the ring)
+ *     engine.shard      a shard of the sharded engine taking its part of a batch (its driver's
+ *                       thread: the error reaches the caller at its next call)
  * With no spec set every point costs one relaxed atomic load.
  */
 #ifndef MFS_FAULT_H

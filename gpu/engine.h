@@ -83,6 +83,8 @@ typedef struct mfs_engine_conf {
 	                               each, every row at the epoch's end */
 	int items_base;             /* set by the sharded engine for its shards: keep the item table as of
 	                               the last merge (the merge's q0) where the rows live */
+	int batches_inline;         /* sharded: apply each streaming batch before sgd returns, on the
+	                               caller's thread (tests compare it with the driver thread's) */
 } mfs_engine_conf_t;
 
 #define MFS_SHARDS_ALL UINT32_MAX

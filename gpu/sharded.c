@@ -51,9 +51,11 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/thread.h"
 #include "common/timeutil.h"
 #include "gpu/cpu/cpu_ref.h"
 #include "gpu/engine_int.h"
@@ -68,6 +70,19 @@
  * host's GPUs"), Zipf 0.8 (51 % on such rows at 16 pieces) lost 0.6 % RMSE in one piece and ran
  * 1.8x faster than in 16; Zipf 1.2 (91 %) lost 5.2 % in one piece. */
 #define HOT_SHARE_MIN 0.8
+
+/* A streaming batch queued for the driver: a copy of the caller's, with what the caller's model
+ * and rate were when it was given. */
+#define DRV_SLOTS 4
+struct slot {
+	uint32_t *u, *i;
+	float *r;
+	size_t n, cap_u, cap_i, cap_r;
+	float lr_scale;
+	int repeat;
+	double mu;
+	mfs_hparams_t hp;
+};
 
 /* A shard's part of a routed batch: user rows local, input order. */
 struct part {
@@ -132,9 +147,25 @@ struct sharded {
 	float *cap_du;
 	uint64_t merges, rows_merged;
 	double run_s, merge_s;  /* epochs: wall time in the shards' pieces and in merges (logged at close) */
+	mfs_model_t base;       /* host shards: the item rows as of their last merge (BLEND's q0) */
+	mfs_hparams_t hp;       /* what the merges use: the batch's (queued with it), else e->hp */
+	double mu;              /* the global mean of the batch being applied */
+	/* the driver: streaming batches queued by the caller and applied on a thread of this
+	 * engine's own, so that routing, the shards' submissions and the merges leave the caller's
+	 * thread. Everything above is the driver's while it holds a batch or any is queued, and
+	 * the caller's once the queue is empty and the driver idle (quiesce): only the caller
+	 * queues, so the driver cannot start again until the caller's next sgd. */
+	int drv_on, drv_stop, drv_busy, drv_rc, lk_init;
+	pthread_t drv;
+	pthread_mutex_t lk;
+	pthread_cond_t work, room;
+	struct slot q[DRV_SLOTS];
+	size_t q_head, q_n;
+	uint64_t done_pub;      /* x->done as the driver last published it, under lk */
 };
 
 static struct sharded *impl(const mfs_engine_t *e) { return (struct sharded *)e->impl; }
+static int quiesce(mfs_engine_t *e);
 
 /* ---- the shards' models ------------------------------------------------------------------ */
 
@@ -183,6 +214,9 @@ static int take_rows(mfs_engine_t *e)
 	const mfs_model_t *m = e->model;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
+	int rc0 = quiesce(e);
+	if (rc0)
+		return rc0;
 	if (m->n_items > x->cap_i) { /* the counts follow the item table */
 		size_t c = x->cap_i ? x->cap_i : 1024;
 		while (c < m->n_items)
@@ -229,24 +263,55 @@ static int take_rows(mfs_engine_t *e)
 		if (rc)
 			return rc;
 	}
+	if (x->host && m->n_items > x->base.n_items) { /* host shards' base: the new rows as given */
+		const size_t a = x->base.n_items, n = m->n_items - a;
+		x->base.k = x->k;
+		if (model_reserve(&x->base, 0, m->n_items))
+			return ENOMEM;
+		memcpy(x->base.Q + a * k, m->Q + a * k, n * k * sizeof(float));
+		memcpy(x->base.bi + a, m->bi + a, n * sizeof(float));
+		x->base.n_items = m->n_items;
+	}
 	return 0;
 }
 
-/* Events the shards applied since the last look, onto the caller's model. */
-static void collect_applied(mfs_engine_t *e)
+/* Events the shards applied since the last look (epochs), onto the caller's model; absorb:
+ * only note them, a streaming batch's events being counted when it is given (sharded_sgd). */
+static void collect_applied(mfs_engine_t *e, int absorb)
 {
 	struct sharded *x = impl(e);
 	for (uint32_t s = 0; s < x->S; s++) {
 		struct shard *sh = &x->sh[s];
-		e->model->events_applied += sh->m.events_applied - sh->applied;
+		if (!absorb)
+			e->model->events_applied += sh->m.events_applied - sh->applied;
 		sh->applied = sh->m.events_applied;
 	}
 }
 
-static void share_mu(struct sharded *x, const mfs_model_t *m)
+static void share_mu(struct sharded *x)
 {
 	for (uint32_t s = 0; s < x->S; s++)
-		x->sh[s].m.mu = m->mu;
+		x->sh[s].m.mu = x->mu;
+}
+
+/* The caller's thread, before anything but sgd and progress: wait until the driver has applied
+ * every queued batch and is idle; from then on until the next sgd the shards are the caller's.
+ * Takes the caller's rate and mean for what follows. The driver's error, if it had one. */
+static int quiesce(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	int rc = 0;
+	if (x->drv_on) {
+		pthread_mutex_lock(&x->lk);
+		while (x->q_n || x->drv_busy)
+			pthread_cond_wait(&x->room, &x->lk);
+		rc = x->drv_rc;
+		x->done_pub = x->done;
+		pthread_mutex_unlock(&x->lk);
+	}
+	x->hp = e->hp;
+	x->mu = e->model->mu;
+	return rc;
 }
 
 /* ---- merges ------------------------------------------------------------------------------- */
@@ -259,11 +324,11 @@ static int merge_reserve(struct sharded *x, size_t n)
 	           : 0;
 }
 
-/* Merge job's rows on host arrays: the caller's model's item rows are the base. */
+/* Merge job's rows on host arrays, from and into the base (x->base). */
 static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 {
 	struct sharded *x = impl(e);
-	mfs_model_t *m = e->model;
+	mfs_model_t *m = &x->base;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
 	double sum = 0;
@@ -301,7 +366,7 @@ static int run_merge(mfs_engine_t *e, mfs_merge_job_t *job)
 	if (!job->n)
 		return 0;
 	job->combine = MFS_SHARD_BLEND;
-	job->hp = e->hp;
+	job->hp = x->hp;
 	int rc;
 	if (x->host) {
 		rc = merge_host(e, job);
@@ -451,26 +516,29 @@ static int progress_push(struct sharded *x)
 	for (uint32_t s = 0; s < x->S; s++)
 		mfs_engine_progress(x->sh[s].e, &slot[s], &applied);
 	x->fn++;
-	x->ticket++;
 	return 0;
 }
 
-static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
+/* One streaming batch: routed, each part to its shard, then the merges due (x->mu and x->hp
+ * are the batch's). On the driver's thread, or the caller's with conf.batches_inline. */
+static int apply_batch(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
 {
 	struct sharded *x = impl(e);
 	int rc = route(x, b, 0);
 	if (rc)
 		return rc;
-	share_mu(x, e->model);
+	share_mu(x);
 	for (uint32_t s = 0; s < x->S && !rc; s++) {
 		struct shard *sh = &x->sh[s];
 		if (!sh->b.n)
 			continue;
 		const mfs_batch_t part = {sh->b.u, sh->b.i, sh->b.r, sh->b.n};
+		if ((rc = mfs_fault("engine.shard"))) /* test.fault: a shard failing on the driver's thread */
+			break;
 		if ((rc = sh->e->iface->sgd(sh->e, &part, lr_scale, repeat)) == 0)
 			sh->e->sgd_calls++;
 	}
-	collect_applied(e);
+	collect_applied(e, 1);
 	if (!rc)
 		rc = progress_push(x);
 	progress_pop(x);
@@ -482,13 +550,96 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	return rc;
 }
 
+/* The driver: the queued batches in order. After an error it applies nothing more (the caller
+ * gets the error from its next call and stops; what was not applied is not reported applied). */
+static void *drv_main(void *arg)
+{
+	mfs_engine_t *e = arg;
+	struct sharded *x = impl(e);
+	mfs_thread_name("mfs-shards");
+	pthread_mutex_lock(&x->lk);
+	for (;;) {
+		while (!x->q_n && !x->drv_stop)
+			pthread_cond_wait(&x->work, &x->lk);
+		if (!x->q_n)
+			break;
+		struct slot *q = &x->q[x->q_head];
+		const int skip = x->drv_rc != 0;
+		x->drv_busy = 1;
+		pthread_mutex_unlock(&x->lk);
+		int rc = 0;
+		if (!skip) {
+			x->mu = q->mu;
+			x->hp = q->hp;
+			rc = apply_batch(e, &(mfs_batch_t){q->u, q->i, q->r, q->n}, q->lr_scale, q->repeat);
+			if (rc)
+				mfs_error("engine", "msg=\"sharded engine: a batch failed on its shards; nothing after it is "
+				                    "applied\" rc=%d", rc);
+		}
+		pthread_mutex_lock(&x->lk);
+		if (rc && !x->drv_rc)
+			x->drv_rc = rc;
+		x->done_pub = x->done;
+		x->q_head = (x->q_head + 1) % DRV_SLOTS;
+		x->q_n--;
+		x->drv_busy = 0;
+		pthread_cond_broadcast(&x->room);
+	}
+	pthread_mutex_unlock(&x->lk);
+	return NULL;
+}
+
+/* The caller's batch: a copy queued for the driver (waiting while DRV_SLOTS are queued), or
+ * applied at once (conf.batches_inline). Its ticket is taken now, and its events counted as
+ * applied, as the CUDA engine's ring counts them: every capture and sync applies them first. */
+static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, int repeat)
+{
+	struct sharded *x = impl(e);
+	if (!x->drv_on) {
+		x->hp = e->hp;
+		x->mu = e->model->mu;
+		int rc = apply_batch(e, b, lr_scale, repeat);
+		if (!rc) {
+			x->ticket++;
+			e->model->events_applied += repeat ? 0 : b->n;
+		}
+		return rc;
+	}
+	pthread_mutex_lock(&x->lk);
+	while (x->q_n == DRV_SLOTS && !x->drv_rc)
+		pthread_cond_wait(&x->room, &x->lk);
+	int rc = x->drv_rc;
+	pthread_mutex_unlock(&x->lk);
+	if (rc)
+		return rc;
+	/* the free slot is the caller's until queued: the driver reads only queued ones */
+	struct slot *q = &x->q[(x->q_head + x->q_n) % DRV_SLOTS];
+	if (mfs_grow_from((void **)&q->u, &q->cap_u, b->n, sizeof *q->u, 1024) ||
+	    mfs_grow_from((void **)&q->i, &q->cap_i, b->n, sizeof *q->i, 1024) ||
+	    mfs_grow_from((void **)&q->r, &q->cap_r, b->n, sizeof *q->r, 1024))
+		return ENOMEM;
+	memcpy(q->u, b->u, b->n * sizeof *q->u);
+	memcpy(q->i, b->i, b->n * sizeof *q->i);
+	memcpy(q->r, b->r, b->n * sizeof *q->r);
+	q->n = b->n, q->lr_scale = lr_scale, q->repeat = repeat, q->mu = e->model->mu, q->hp = e->hp;
+	pthread_mutex_lock(&x->lk);
+	x->q_n++;
+	x->ticket++;
+	pthread_cond_signal(&x->work);
+	pthread_mutex_unlock(&x->lk);
+	e->model->events_applied += repeat ? 0 : b->n;
+	return 0;
+}
+
 static int sharded_loss(mfs_engine_t *e, const mfs_batch_t *b, mfs_loss_t *out)
 {
 	struct sharded *x = impl(e);
-	int rc = route(x, b, 1);
+	int rc = quiesce(e);
+	if (!rc)
+		rc = route(x, b, 1);
 	if (rc)
 		return rc;
-	share_mu(x, e->model);
+	share_mu(x);
 	double sse = 0, sae = 0;
 	for (uint32_t s = 0; s < x->S; s++) {
 		struct shard *sh = &x->sh[s];
@@ -659,6 +810,8 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 	uint32_t *u = malloc((n ? n : 1) * sizeof *u), *it = malloc((n ? n : 1) * sizeof *it);
 	float *r = malloc((n ? n : 1) * sizeof *r);
 	int rc = ss && part && start && at && u && it && r && P <= 255 ? 0 : P > 255 ? MFS_EINVAL : ENOMEM;
+	if (!rc)
+		rc = quiesce(e);
 	if (!rc) {
 		ss->pieces = P;
 		ss->ratings = n;
@@ -689,7 +842,7 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 			r[y] = b->r[j];
 		}
 	}
-	share_mu(x, e->model);
+	share_mu(x);
 	for (uint32_t p = 0; p < P && !rc; p++) {
 		struct piece *pc = &ss->pc[p];
 		for (uint32_t s = 0; s < S && !rc; s++) {
@@ -733,6 +886,7 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 
 static void sharded_resident_free(mfs_engine_t *e, mfs_resident_t *s)
 {
+	(void)quiesce(e); /* the driver's error, if any, reaches the caller from its next call */
 	set_free(impl(e), (struct sharded_set *)s);
 }
 
@@ -757,8 +911,10 @@ static int sharded_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 	struct sharded *x = impl(e);
 	struct sharded_set *ss = (struct sharded_set *)s;
 	/* what batches left pending first: the set's plan starts from merged replicas */
-	int rc = merge_pending(e, 0);
-	share_mu(x, e->model);
+	int rc = quiesce(e);
+	if (!rc)
+		rc = merge_pending(e, 0);
+	share_mu(x);
 	double t0 = mfs_now_s();
 	for (uint32_t p = 0; p < ss->pieces && !rc; p++) {
 		struct epoch_arg a[MFS_SHARD_MAX];
@@ -779,7 +935,7 @@ static int sharded_sgd_epoch(mfs_engine_t *e, mfs_resident_t *s, uint64_t epoch)
 		}
 		const double t1 = mfs_now_s();
 		x->run_s += t1 - t0;
-		collect_applied(e);
+		collect_applied(e, 0);
 		if (!rc)
 			rc = run_merge(e, &pc->job);
 		t0 = mfs_now_s();
@@ -792,7 +948,10 @@ static int sharded_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t 
 {
 	struct sharded *x = impl(e);
 	struct sharded_set *ss = (struct sharded_set *)s;
-	share_mu(x, e->model);
+	int rc0 = quiesce(e);
+	if (rc0)
+		return rc0;
+	share_mu(x);
 	double sse = 0, sae = 0;
 	int first = 1;
 	for (uint32_t sh = 0; sh < x->S; sh++)
@@ -821,8 +980,10 @@ static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, si
 	const mfs_model_t *m = e->model;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
-	int rc = 0;
-	if (ent == 1) { /* every replica takes the fresh values; the base is the caller's (host) */
+	int rc = quiesce(e);
+	if (rc)
+		return rc;
+	if (ent == 1) { /* every replica and (host shards) the base take the fresh values */
 		for (size_t j = 0; j < n; j++) {
 			const uint32_t i = rows[j];
 			if (i >= x->sh[0].m.n_items) /* the shards do not have it yet: grow brings it */
@@ -832,6 +993,10 @@ static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, si
 			for (uint32_t s = 0; s < S; s++) {
 				memcpy(x->sh[s].m.Q + (size_t)i * k, m->Q + (size_t)i * k, k * sizeof(float));
 				x->sh[s].m.bi[i] = m->bi[i];
+			}
+			if (x->host) {
+				memcpy(x->base.Q + (size_t)i * k, m->Q + (size_t)i * k, k * sizeof(float));
+				x->base.bi[i] = m->bi[i];
 			}
 		}
 		for (uint32_t s = 0; s < S && !rc; s++)
@@ -865,7 +1030,9 @@ static int sharded_sync(mfs_engine_t *e)
 	struct sharded *x = impl(e);
 	mfs_model_t *m = e->model;
 	const size_t k = (size_t)x->k;
-	int rc = merge_pending(e, 0);
+	int rc = quiesce(e);
+	if (!rc)
+		rc = merge_pending(e, 0);
 	for (uint32_t s = 0; s < x->S && !rc; s++) {
 		struct shard *sh = &x->sh[s];
 		if ((rc = mfs_engine_sync(sh->e)))
@@ -876,11 +1043,11 @@ static int sharded_sync(mfs_engine_t *e)
 			m->bu[g] = sh->m.bu[l];
 		}
 	}
-	if (!rc && !x->host) { /* the replicas agree: shard 0's is the table */
+	if (!rc) { /* the replicas agree: shard 0's is the table */
 		memcpy(m->Q, x->sh[0].m.Q, (size_t)x->sh[0].m.n_items * k * sizeof(float));
 		memcpy(m->bi, x->sh[0].m.bi, (size_t)x->sh[0].m.n_items * sizeof(float));
 	}
-	collect_applied(e);
+	collect_applied(e, 0);
 	return rc;
 }
 
@@ -899,7 +1066,9 @@ static int sharded_capture(mfs_engine_t *e, const uint32_t *ur, size_t nu, float
 {
 	struct sharded *x = impl(e);
 	const uint32_t S = x->S;
-	int rc = merge_pending(e, 0); /* one item table */
+	int rc = quiesce(e);
+	if (!rc)
+		rc = merge_pending(e, 0); /* one item table */
 	for (uint32_t s = 0; s < S && !rc; s++)
 		x->sh[s].cap_n = 0;
 	size_t want[MFS_SHARD_MAX] = {0};
@@ -950,7 +1119,7 @@ static int sharded_capture_wait(mfs_engine_t *e)
 static int sharded_drain(mfs_engine_t *e)
 {
 	struct sharded *x = impl(e);
-	int rc = 0;
+	int rc = quiesce(e);
 	for (uint32_t s = 0; s < x->S && !rc; s++)
 		rc = mfs_engine_drain(x->sh[s].e);
 	if (!rc)
@@ -958,19 +1127,35 @@ static int sharded_drain(mfs_engine_t *e)
 	return rc;
 }
 
+/* Batches given (tickets, taken at sgd) and applied on every shard. With the driver busy, what
+ * it published after its last batch; idle, the shards asked here (they are the caller's then). */
 static void sharded_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)
 {
 	struct sharded *x = impl(e);
-	progress_pop(x);
+	if (!x->drv_on) {
+		progress_pop(x);
+		*ticket = x->ticket;
+		*applied = x->done;
+		return;
+	}
+	pthread_mutex_lock(&x->lk);
+	if (!x->q_n && !x->drv_busy) {
+		progress_pop(x);
+		x->done_pub = x->done;
+	}
 	*ticket = x->ticket;
-	*applied = x->done;
+	*applied = x->done_pub;
+	pthread_mutex_unlock(&x->lk);
 }
 
 /* The device that is fullest (used / total). */
 static int sharded_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
 {
 	struct sharded *x = impl(e);
-	int rc = MFS_ENODEV;
+	int rc = quiesce(e);
+	if (rc)
+		return rc;
+	rc = MFS_ENODEV;
 	double worst = -1;
 	for (uint32_t s = 0; s < x->S; s++) {
 		uint64_t u = 0, t = 0;
@@ -988,6 +1173,9 @@ static int sharded_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
 static int sharded_set_hparams(mfs_engine_t *e, const mfs_hparams_t *hp)
 {
 	struct sharded *x = impl(e);
+	int rc0 = quiesce(e);
+	if (rc0)
+		return rc0;
 	for (uint32_t s = 0; s < x->S; s++) {
 		int rc = mfs_engine_set_hparams(x->sh[s].e, hp);
 		if (rc)
@@ -1003,6 +1191,26 @@ static void sharded_close(mfs_engine_t *e)
 	struct sharded *x = impl(e);
 	if (!x)
 		return;
+	if (x->drv_on) { /* what is queued is applied first */
+		pthread_mutex_lock(&x->lk);
+		x->drv_stop = 1;
+		pthread_cond_signal(&x->work);
+		pthread_mutex_unlock(&x->lk);
+		pthread_join(x->drv, NULL);
+		x->drv_on = 0;
+	}
+	if (x->lk_init) {
+		pthread_mutex_destroy(&x->lk);
+		pthread_cond_destroy(&x->work);
+		pthread_cond_destroy(&x->room);
+	}
+	for (size_t j = 0; j < DRV_SLOTS; j++) {
+		free(x->q[j].u);
+		free(x->q[j].i);
+		free(x->q[j].r);
+	}
+	free(x->base.Q);
+	free(x->base.bi);
 	if (x->merges)
 		mfs_info("engine", "msg=\"sharded engine\" shards=%u merges=%llu rows_merged=%llu epoch_run_s=%.3f "
 		         "epoch_merge_s=%.3f",
@@ -1093,10 +1301,22 @@ static int sharded_open(mfs_engine_t *e, char *errstr, size_t es)
 		sharded_close(e);
 		return mfs_errf(errstr, es, rc, "engine: cannot place the model on %u shards", S);
 	}
+	if (pthread_mutex_init(&x->lk, NULL) || pthread_cond_init(&x->work, NULL) || pthread_cond_init(&x->room, NULL)) {
+		sharded_close(e);
+		return mfs_errf(errstr, es, ENOMEM, "engine: cannot make the driver's lock");
+	}
+	x->lk_init = 1;
+	if (!c->batches_inline) {
+		if (pthread_create(&x->drv, NULL, drv_main, e)) {
+			sharded_close(e);
+			return mfs_errf(errstr, es, ENOMEM, "engine: cannot start the sharded engine's driver thread");
+		}
+		x->drv_on = 1;
+	}
 	mfs_info("engine", "msg=\"sharded engine\" shards=%u engine=%s merge=%s merge_batches=%u merge_hot=%u "
-	         "merge_pieces=%u",
+	         "merge_pieces=%u batches=%s",
 	         S, mfs_engine_name(x->sh[0].e), x->host ? "host" : "device", c->merge_batches, c->merge_hot,
-	         c->merge_pieces);
+	         c->merge_pieces, x->drv_on ? "driver" : "inline");
 	return 0;
 }
 

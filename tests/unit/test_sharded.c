@@ -6,13 +6,16 @@
  * thresholds; the replicas agree after a sync; progress and drain; capture gives the values sync
  * gives; rows added between batches (grow) and rows given to new ids (reset_rows) reach their
  * shards; resident epochs on 2 shards reach the one-engine test RMSE within 2 % on a planted
- * problem (uniform and Zipf 1.2 items); validation of the shard count.
+ * problem (uniform and Zipf 1.2 items); validation of the shard count; the driver thread
+ * (streaming batches applied off the caller's thread: the same bits as inline, tickets and events
+ * counted when sgd returns, a shard's failure reaching the caller, fault point engine.shard).
  * No timing: the tests hold on a slow, loaded machine.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "gpu/cpu/shard_ref.h"
@@ -22,15 +25,22 @@
 #include "model_help.h"
 #include "planted_help.h"
 
-static mfs_engine_t *open_sharded(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces, int det)
+static mfs_engine_t *open_sharded_as(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces,
+                                     int det, int inl)
 {
 	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 1, .deterministic = det, .seed = 3, .shards = S,
-	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces};
+	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces, .batches_inline = inl};
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
 	TEST_ASSERT_MSG(rc == 0, "open: %s", err);
 	return e;
+}
+
+/* Streaming batches go through the engine's driver thread (the default) */
+static mfs_engine_t *open_sharded(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces, int det)
+{
+	return open_sharded_as(m, S, every, hot, pieces, det, 0);
 }
 
 static int same_floats(const float *a, const float *b, size_t n)
@@ -45,8 +55,9 @@ static int same_floats(const float *a, const float *b, size_t n)
 
 static const mfs_hparams_t HP = {0.05f, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
 
-/* The engine against the reference on the same batches: bit for bit after a final merge. */
-static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
+/* The engine against the reference on the same batches: bit for bit after a final merge
+ * (batches through the driver thread, or inline: conf.batches_inline). */
+static void parity_case_as(uint32_t S, uint32_t every, uint32_t hot, double zipf, int inl)
 {
 	const int k = 8;
 	const uint32_t nu = 300, ni = 120;
@@ -55,7 +66,7 @@ static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
 	planted(&pl, nu, ni, 20000, 3000, zipf, 5 + S);
 	mfs_model_t *a = mk_model(k, nu, ni, pl.mean), *b = mk_model(k, nu, ni, pl.mean);
 	TEST_ASSERT(a && b);
-	mfs_engine_t *e = open_sharded(a, S, every, hot, 1, 1);
+	mfs_engine_t *e = open_sharded_as(a, S, every, hot, 1, 1, inl);
 	mfs_shard_conf_t rc_conf = {.shards = S, .scheme = MFS_SHARD_ALLREDUCE, .batch = batch, .exchange_every = every,
 	                            .combine = MFS_SHARD_BLEND, .threads = 1, .hot_ratings = hot};
 	mfs_shard_ref_t *r = NULL;
@@ -97,8 +108,15 @@ static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
 	planted_free(&pl);
 }
 
+static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
+{
+	parity_case_as(S, every, hot, zipf, 0);
+}
+
 static void test_parity_with_reference(void)
 {
+	parity_case_as(2, 4, 3, 1.2, 1);
+	parity_case_as(3, 5, 8, 0.8, 1);
 	parity_case(2, 1, 0, 0);
 	parity_case(2, 4, 0, 1.2);
 	parity_case(2, 4, 3, 1.2);
@@ -256,10 +274,63 @@ static void test_validation(void)
 	mfs_model_free(m);
 }
 
+/* The driver thread: a batch's ticket is taken and its events counted when sgd returns, before
+ * it is applied; drain applies every queued batch. A shard that fails (fault point engine.shard)
+ * on the driver's thread: the caller gets the error from a later call, the failed batch and
+ * every one after it are never reported applied, and close still returns. */
+static void test_driver(void)
+{
+	const int k = 8;
+	const size_t batch = 400;
+	struct planted pl;
+	planted(&pl, 200, 60, 8000, 10, 0.8, 13);
+	mfs_model_t *a = mk_model(k, 200, 60, pl.mean);
+	mfs_engine_t *e = open_sharded(a, 2, 3, 4, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	uint64_t ticket = 0, applied = 0;
+	for (size_t off = 0, j = 1; off + batch <= pl.n; off += batch, j++) {
+		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, batch};
+		TEST_OK(mfs_engine_sgd(e, &bt));
+		mfs_engine_progress(e, &ticket, &applied);
+		TEST_EQ_INT(ticket, j);
+		TEST_ASSERT(applied <= ticket);
+		TEST_EQ_INT(a->events_applied, j * batch);
+	}
+	TEST_OK(mfs_engine_drain(e));
+	mfs_engine_progress(e, &ticket, &applied);
+	TEST_EQ_INT(applied, ticket);
+	mfs_engine_close(e);
+
+	/* the third batch fails on its first shard (two shard parts a batch: the fifth pass) */
+	char err[256];
+	TEST_OK(mfs_fault_arm("engine.shard=EIO@5", err, sizeof err));
+	e = open_sharded(a, 2, 3, 4, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	size_t given = 0;
+	int rc = 0;
+	for (size_t off = 0; off + batch <= pl.n && !rc; off += batch) {
+		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, batch};
+		if ((rc = mfs_engine_sgd(e, &bt)) == 0)
+			given++;
+	}
+	TEST_ASSERT_MSG(rc == 0 || rc == EIO, "sgd: %d", rc);
+	TEST_ASSERT(given >= 2);
+	TEST_EQ_INT(mfs_engine_drain(e), EIO);
+	TEST_EQ_INT(mfs_engine_sync(e), EIO);
+	mfs_engine_progress(e, &ticket, &applied);
+	TEST_EQ_INT(ticket, given);
+	TEST_EQ_INT(applied, 2);
+	mfs_engine_close(e);
+	TEST_OK(mfs_fault_arm(NULL, err, sizeof err));
+	mfs_model_free(a);
+	planted_free(&pl);
+}
+
 int main(void)
 {
 	mfs_log_set_level(MFS_LOG_WARN);
 	TEST_RUN(test_parity_with_reference);
+	TEST_RUN(test_driver);
 	TEST_RUN(test_merges_matter);
 	TEST_RUN(test_capture_and_growth);
 	TEST_RUN(test_epochs_accuracy);
