@@ -77,8 +77,10 @@ typedef struct mfs_engine_conf {
 	uint32_t shards;            /* S: 0 or 1 = one engine; MFS_SHARDS_ALL = every CUDA device */
 	int devices[MFS_SHARD_MAX]; /* CUDA: shard s's device (a device may repeat: tests) */
 	uint32_t merge_batches;  /* streaming: every changed item row is merged every this many batches */
-	uint32_t merge_hot;      /* and after each batch (resident epochs: each piece) the rows one shard
-	                               gave this many ratings since their last merge; 0 = none */
+	uint32_t merge_hot;      /* and after each piece of a resident epoch (streaming batches: with
+	                               merge_hot_stream) the rows one shard gave this many ratings in it;
+	                               0 = none */
+	int merge_hot_stream;    /* streaming: hot rows merged after every batch too */
 	uint32_t merge_pieces;   /* resident epochs are cut into this many pieces, hot rows merged after
 	                               each, every row at the epoch's end */
 	int items_base;             /* set by the sharded engine for its shards: keep the item table as of

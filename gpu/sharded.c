@@ -25,16 +25,17 @@
  * would have done; a row one shard alone changed takes that shard's value) and writes the
  * result to every replica and to the base (the value at the last merge, BLEND's q0). When:
  *   - every conf.merge_batches batches, every row changed since its last merge;
- *   - after every batch (set: every piece), the rows one shard gave conf.merge_hot ratings
- *     or more in that batch: hot rows drift fastest, and under skew they are few
- *     (docs/BENCHMARKS.md, "Sharding, CPU reference");
+ *   - after every piece of a set (and, with conf.merge_hot_stream, every batch), the rows one
+ *     shard gave conf.merge_hot ratings or more in it: hot rows drift fastest, and under skew
+ *     they are few (docs/BENCHMARKS.md, "Sharding, CPU reference"). Off for batches by default:
+ *     each merge stops the devices' persistent kernels, and at a stream's batch sizes the hot
+ *     rows drift little between the full merges (docs/SCALE_OUT.md);
  *   - before sync and capture (snapshots see one item table) and at the end of every epoch.
  * The rule is the CPU reference's (gpu/cpu/shard_ref.c, allreduce with hot_ratings), and with
  * CPU shards in deterministic mode this engine reproduces it bit for bit (test_sharded). The
  * merge itself is the kind's: CUDA engines merge on their devices (gpu/cuda/merge.cu: rows
  * gathered, copied device to device, merged by the same rule on every device); engines on host
- * arrays (CPU) are merged here by mfs_merge_row_ref, the caller's model's item rows being the
- * base.
+ * arrays (CPU) are merged here by mfs_merge_row_ref, from and into a base of this engine's own.
  *
  * Progress. A batch is applied when every shard has applied its part: a FIFO of the shards'
  * tickets per batch, popped as they are reached.
@@ -542,8 +543,9 @@ static int apply_batch(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	if (!rc)
 		rc = progress_push(x);
 	progress_pop(x);
-	if (!rc)
-		rc = merge_pending(e, ++x->since < e->conf.merge_batches);
+	const int full = ++x->since >= e->conf.merge_batches;
+	if (!rc && (full || e->conf.merge_hot_stream))
+		rc = merge_pending(e, !full);
 	for (uint32_t s = 0; s < x->S; s++) /* this batch's counts, back to zero */
 		for (size_t j = 0; j < x->sh[s].b.n; j++)
 			x->bcnt[(size_t)x->sh[s].b.i[j] * x->S + s] = 0;

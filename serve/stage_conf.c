@@ -63,6 +63,7 @@ int mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out, char *errs
 	out->cpu_grid_items = (uint32_t)c->engine_cpu_grid_items;
 	out->merge_batches = (uint32_t)c->engine_merge_batches;
 	out->merge_hot = (uint32_t)c->engine_merge_hot;
+	out->merge_hot_stream = c->engine_merge_hot_stream;
 	out->merge_pieces = (uint32_t)c->engine_merge_pieces;
 	return devices_from(c->engine_devices, out, errstr, errstr_size);
 }

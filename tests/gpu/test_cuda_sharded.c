@@ -29,12 +29,14 @@
 
 static int g_devices; /* CUDA devices that answer */
 
+/* hot_stream: hot rows merged after every streaming batch too (the reference's rule) */
 static mfs_engine_t *open_cuda(mfs_model_t *m, uint32_t S, int det, int fp16, uint32_t every, uint32_t hot,
-                               uint32_t pieces)
+                               uint32_t pieces, int hot_stream)
 {
 	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CUDA, .deterministic = det, .seed = 3, .persistent = 1,
 	                        .frequent_loss = 1, .dtype = fp16 ? MFS_DTYPE_FP16 : MFS_DTYPE_FP32, .shards = S,
-	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces};
+	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces,
+	                        .merge_hot_stream = hot_stream};
 	for (uint32_t s = 0; s < S; s++)
 		ec.devices[s] = g_devices > 1 ? (int)(s % (uint32_t)g_devices) : 0;
 	mfs_engine_t *e = NULL;
@@ -66,7 +68,7 @@ static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int 
 	struct planted pl;
 	planted(&pl, nu, ni, 30000, 3000, 1.0, 21 + S);
 	mfs_model_t *a = mk_model(k, nu, ni, pl.mean), *b = mk_model(k, nu, ni, pl.mean);
-	mfs_engine_t *e = open_cuda(a, S, 1, fp16, every, hot, 1);
+	mfs_engine_t *e = open_cuda(a, S, 1, fp16, every, hot, 1, 1);
 	mfs_shard_conf_t c = {.shards = S, .scheme = MFS_SHARD_ALLREDUCE, .batch = batch, .exchange_every = every,
 	                      .combine = MFS_SHARD_BLEND, .threads = 1, .hot_ratings = hot};
 	mfs_shard_ref_t *r = NULL;
@@ -124,7 +126,7 @@ static void test_capture_reset(void)
 	struct planted pl;
 	planted(&pl, 300, 80, 20000, 10, 0.8, 5);
 	mfs_model_t *m = mk_model(k, 300, 80, pl.mean);
-	mfs_engine_t *e = open_cuda(m, 2, 0, 0, 3, 8, 1);
+	mfs_engine_t *e = open_cuda(m, 2, 0, 0, 3, 8, 1, 1);
 	TEST_OK(mfs_engine_set_hparams(e, &HP));
 	for (size_t off = 0; off < pl.n; off += 1000)
 		TEST_OK(mfs_engine_sgd(e, &(mfs_batch_t){pl.u + off, pl.i + off, pl.r + off, 1000}));
@@ -155,7 +157,7 @@ static void test_capture_reset(void)
 }
 
 /* Hogwild on the devices: streaming batches through the rings, or resident epochs in pieces;
- * 2 shards reach one engine's test RMSE within 2 %. */
+ * 2 shards (the defaults) reach one engine's test RMSE within 2 % (epochs at Zipf 1.2: 3 %). */
 static void accuracy_case(int resident, double zipf, double within)
 {
 	const int k = 32;
@@ -166,7 +168,7 @@ static void accuracy_case(int resident, double zipf, double within)
 	double rmse[2];
 	for (uint32_t v = 0; v < 2; v++) {
 		mfs_model_t *m = mk_model(k, nu, ni, pl.mean);
-		mfs_engine_t *e = v ? open_cuda(m, 2, 0, 1, 8, 8, 8) : NULL;
+		mfs_engine_t *e = v ? open_cuda(m, 2, 0, 1, 8, 8, 16, 0) : NULL; /* the defaults */
 		if (!v) {
 			mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CUDA, .seed = 3, .persistent = 1, .frequent_loss = 1,
 			                        .dtype = MFS_DTYPE_FP16};
@@ -204,16 +206,14 @@ static void accuracy_case(int resident, double zipf, double within)
 	planted_free(&pl);
 }
 
-/* Epochs at Zipf 1.2 on this small set are the known gap (docs/SCALE_OUT.md, "What the GPUs
- * measured"): every item is hot, a piece of ~60 K ratings a shard is one or two waves of the
- * kernel, and the replicas of the hot rows move in few, stale steps between merges (measured
- * +7 to +8 % here; +1.5 to +2 % on the 1M x 1M x 100M set). The bound here catches a broken
- * merge, not the gap. */
+/* Epochs at Zipf 1.2 on this small set: every item is hot and a piece of ~60 K ratings a shard
+ * is one or two waves of the kernel. With pieces cut by user it lost +7 to +8 % here; cut by
+ * rating, -0.86 to +0.63 % in three runs on two H200s. The bound leaves room for that spread. */
 static void test_accuracy(void)
 {
 	accuracy_case(1, 0, 0.02);
 	accuracy_case(1, 0.8, 0.02);
-	accuracy_case(1, 1.2, 0.12);
+	accuracy_case(1, 1.2, 0.03);
 	accuracy_case(0, 0.8, 0.02);
 }
 

@@ -25,16 +25,24 @@
 #include "model_help.h"
 #include "planted_help.h"
 
-static mfs_engine_t *open_sharded_as(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces,
-                                     int det, int inl)
+static mfs_engine_t *open_sharded_hs(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces,
+                                     int det, int inl, int hot_stream)
 {
 	mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 1, .deterministic = det, .seed = 3, .shards = S,
-	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces, .batches_inline = inl};
+	                        .merge_batches = every, .merge_hot = hot, .merge_pieces = pieces, .batches_inline = inl,
+	                        .merge_hot_stream = hot_stream};
 	mfs_engine_t *e = NULL;
 	char err[256];
 	int rc = mfs_engine_open(&ec, m, &e, err, sizeof err);
 	TEST_ASSERT_MSG(rc == 0, "open: %s", err);
 	return e;
+}
+
+/* Hot rows merged after every streaming batch, as the reference does */
+static mfs_engine_t *open_sharded_as(mfs_model_t *m, uint32_t S, uint32_t every, uint32_t hot, uint32_t pieces,
+                                     int det, int inl)
+{
+	return open_sharded_hs(m, S, every, hot, pieces, det, inl, 1);
 }
 
 /* Streaming batches go through the engine's driver thread (the default) */
@@ -56,8 +64,9 @@ static int same_floats(const float *a, const float *b, size_t n)
 static const mfs_hparams_t HP = {0.05f, 0.04f, 0.04f, 0.02f, 0.02f, 1.0f, 5.0f};
 
 /* The engine against the reference on the same batches: bit for bit after a final merge
- * (batches through the driver thread, or inline: conf.batches_inline). */
-static void parity_case_as(uint32_t S, uint32_t every, uint32_t hot, double zipf, int inl)
+ * (batches through the driver thread, or inline: conf.batches_inline). Without
+ * merge_hot_stream the engine's batches merge no hot rows: the reference without them. */
+static void parity_case_hs(uint32_t S, uint32_t every, uint32_t hot, double zipf, int inl, int hot_stream)
 {
 	const int k = 8;
 	const uint32_t nu = 300, ni = 120;
@@ -66,9 +75,9 @@ static void parity_case_as(uint32_t S, uint32_t every, uint32_t hot, double zipf
 	planted(&pl, nu, ni, 20000, 3000, zipf, 5 + S);
 	mfs_model_t *a = mk_model(k, nu, ni, pl.mean), *b = mk_model(k, nu, ni, pl.mean);
 	TEST_ASSERT(a && b);
-	mfs_engine_t *e = open_sharded_as(a, S, every, hot, 1, 1, inl);
+	mfs_engine_t *e = open_sharded_hs(a, S, every, hot, 1, 1, inl, hot_stream);
 	mfs_shard_conf_t rc_conf = {.shards = S, .scheme = MFS_SHARD_ALLREDUCE, .batch = batch, .exchange_every = every,
-	                            .combine = MFS_SHARD_BLEND, .threads = 1, .hot_ratings = hot};
+	                            .combine = MFS_SHARD_BLEND, .threads = 1, .hot_ratings = hot_stream ? hot : 0};
 	mfs_shard_ref_t *r = NULL;
 	char err[256];
 	TEST_ASSERT_MSG(mfs_shard_ref_init(&rc_conf, b, &r, err, sizeof err) == 0, "%s", err);
@@ -110,13 +119,14 @@ static void parity_case_as(uint32_t S, uint32_t every, uint32_t hot, double zipf
 
 static void parity_case(uint32_t S, uint32_t every, uint32_t hot, double zipf)
 {
-	parity_case_as(S, every, hot, zipf, 0);
+	parity_case_hs(S, every, hot, zipf, 0, 1);
 }
 
 static void test_parity_with_reference(void)
 {
-	parity_case_as(2, 4, 3, 1.2, 1);
-	parity_case_as(3, 5, 8, 0.8, 1);
+	parity_case_hs(2, 4, 3, 1.2, 1, 1);
+	parity_case_hs(3, 5, 8, 0.8, 1, 1);
+	parity_case_hs(2, 4, 3, 1.2, 0, 0); /* engine.merge_hot_stream off (the default) */
 	parity_case(2, 1, 0, 0);
 	parity_case(2, 4, 0, 1.2);
 	parity_case(2, 4, 3, 1.2);
