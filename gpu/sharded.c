@@ -38,11 +38,19 @@
  * arrays (CPU) are merged here by mfs_merge_row_ref, from and into a base of this engine's own.
  *
  * Progress. A batch is applied when every shard has applied its part: a FIFO of the shards'
- * tickets per batch, popped as they are reached.
+ * tickets per batch, popped as they are reached. Its ticket is taken, and its events counted,
+ * when the caller gives it.
+ *
+ * Threads. One thread calls this engine (engine.h). Streaming batches are copied into a queue
+ * of DRV_SLOTS and applied, in order, on a driver thread of this engine's own (mfs-shards:
+ * routing, the shards' submissions and the merges leave the caller's thread); every other call
+ * first waits until the queue is empty and the driver idle (quiesce), and then has the shards
+ * to itself, since only the caller queues. The driver reads nothing of the caller's model: a
+ * batch carries its mean and rates. conf.batches_inline applies batches on the caller's thread
+ * (tests compare the two). capture_wait may run on another thread, touching only cap_*.
  *
  * Ownership: this engine owns its shards (engines and models), the routing scratch, the counts
  * and the sets' pieces; the caller's model is kept, not owned, and read afresh at every call.
- * One thread calls it (engine.h); capture_wait may run on another, touching only cap_*.
  */
 #include <errno.h>
 #include <math.h>
