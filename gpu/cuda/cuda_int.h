@@ -213,7 +213,7 @@ int cuda_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t *out);
 int cuda_base_grow(struct cuda_impl *c, int k);
 int cuda_base_open(struct cuda_impl *c);
 void cuda_merge_free(struct cuda_impl *c);
-/* merge.cu's kernels (which: 0 norm2, 1 pack, 2 merge at k, 3 lq, 4 table), for pk_open's load beside the ring */
+/* merge.cu's kernels (which: 0 norm2, 1 pack, 2 merge at k, 3 lq, 4 table, 5 unpack), for pk_open's load beside the ring */
 const void *merge_fn(int fp16, int k, int which);
 extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);
 extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job);

@@ -30,9 +30,16 @@
  * Bytes per merged row and device: (S - 1) x (k x element + 4) received, then S + 1 rows read
  * and 2 written (packing: 1 more read and written). Launch shapes: a warp per row (lane l holds
  * elements l k / 32 ..), 8 warps a block, up to 4096 blocks a chunk (grid-stride).
- * Measured on two H200s (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16: the push of 256 MB
- * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock);
- * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge.
+ * Split (S >= 3): device d merges only rows [n d / S, n (d + 1) / S): step 3 pushes each device
+ * only the others' ranges, step 4 merges the device's own range (also into its own slot), then
+ * each device pushes its merged range into that slot on every other device, where
+ * unpack_kernel writes it to Q, bi, Q0 and b0: (S - 1) / S of a replica in and out per device,
+ * not S - 1 replicas in, and 1 / S of the merge work.
+ * Measured (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16: two H200s, the push of 256 MB
+ * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock;
+ * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge);
+ * four H200s split, 2.36-2.48 ms (the first pushes 0.54-0.93 ms), where the whole replicas
+ * to every device took ~3 ms an epoch.
  *
  * DESIGN: every engine's persistent kernel is stopped first (every batch applied; the next batch
  * relaunches it): beside running persistent kernels on both devices, merges waited 2 s and more
@@ -173,6 +180,8 @@ struct merge_args {
 	const float *b[MERGE_MAX_S]; /* and their biases */
 	const struct blend_tab *tab;
 	double lb;
+	void *Fout;  /* split merges (S >= 3): the merged rows also here, packed as F (else NULL) */
+	float *bout; /* and their biases */
 };
 
 /* The widest load of B bytes that a lane's run of B bytes is aligned to (B's largest power of
@@ -305,10 +314,34 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, E <= 4 ? 4 : 2)
 		}
 		st_lane<T, E>(Q + off, o);
 		st_lane<T, E>(Q0 + off, o);
+		if (a.Fout)
+			st_lane<T, E>((T *)a.Fout + x * (size_t)k + (size_t)lane * E, o);
 		if (lane == 0) {
 			bi[i] = ob;
 			b0[i] = ob;
+			if (a.bout)
+				a.bout[x] = ob;
 		}
+	}
+}
+
+/* Split merges: rows [lo, hi) another device merged, packed (words of 4 bytes a row) with their
+ * biases, into the replica and the base at their rows (rows NULL: row x). */
+__global__ void unpack_kernel(const uint32_t *in, const float *bin, const uint32_t *__restrict__ rows, size_t lo,
+                              size_t hi, int words, uint32_t *Q, uint32_t *Q0, float *bi, float *b0)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t x = lo + warp; x < hi; x += warps) {
+		const size_t r = rows ? rows[x] : x;
+		for (int w = lane; w < words; w += 32) {
+			const uint32_t v = __ldcg(in + x * (size_t)words + w);
+			Q[r * (size_t)words + w] = v;
+			Q0[r * (size_t)words + w] = v;
+		}
+		if (lane == 0)
+			bi[r] = b0[r] = __ldcg(bin + x);
 	}
 }
 
@@ -338,6 +371,8 @@ const void *merge_fn(int fp16, int k, int which)
 		return (const void *)lq_kernel;
 	case 4:
 		return (const void *)tab_kernel;
+	case 5:
+		return (const void *)unpack_kernel;
 	default:
 		return fp16 ? merge_kernel_fn<__half>(k) : merge_kernel_fn<float>(k);
 	}
@@ -574,7 +609,11 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			return rc;
 	}
 	const int dense = job->keep ? ((const struct kept *)job->kept[0])->dense : dense_rows(job->rows, n, cs[0]->n_i);
-	const uint32_t C = merge_chunks(n);
+	/* split (S >= 3): device d merges only rows [n d / S, n (d + 1) / S), from the others' pushes
+	 * of that range, then sends its merged rows to every other device (a reduce-scatter, then an
+	 * all-gather): each device receives (S - 1) / S of a replica twice, not S - 1 replicas */
+	const int split = S >= 3;
+	const uint32_t C = split ? 1 : merge_chunks(n);
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
@@ -622,9 +661,10 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 				MFS_CUDA_TRY(cudaMemcpyPeerAsync(cs[d]->mg_part + (size_t)s * NORM_BLOCKS, cs[d]->dev, part, c->dev,
 				                                 NORM_BLOCKS * sizeof(double), c->mg_cs));
 		for (uint32_t j = 0; j < C; j++) {
-			const size_t lo = n * j / C, m = n * (j + 1) / C - lo;
 			for (uint32_t d = 0; d < S; d++) {
 				const struct cuda_impl *o = cs[d];
+				/* chunk j of the rows, or (split) the rows device d merges */
+				const size_t lo = split ? n * d / S : n * j / C, m = (split ? n * (d + 1) / S : n * (j + 1) / C) - lo;
 				if (d == s || !m)
 					continue;
 				MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)s * o->mg_cap + lo) * row_bytes, o->dev,
@@ -668,11 +708,52 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 					MFS_CUDA_LAUNCHED();
 				}
 			}
-			a.lo = n * j / C, a.hi = n * (j + 1) / C;
+			a.lo = split ? n * d / S : n * j / C, a.hi = split ? n * (d + 1) / S : n * (j + 1) / C;
+			if (split) { /* the merged rows also into this device's own slot, to be sent on */
+				a.Fout = (char *)c->mg_F + (size_t)d * c->mg_cap * row_bytes;
+				a.bout = c->mg_b + (size_t)d * c->mg_cap;
+			}
 			if (c->fp16)
 				launch_merge<__half>(k, warp_blocks(a.hi - a.lo), c->stream, a, (__half *)c->Q, c->bi, (__half *)c->Q0, c->b0);
 			else
 				launch_merge<float>(k, warp_blocks(a.hi - a.lo), c->stream, a, (float *)c->Q, c->bi, (float *)c->Q0, c->b0);
+			MFS_CUDA_LAUNCHED();
+		}
+	}
+	/* split: each device's merged rows to the same slot on every other device (the others have
+	 * read that slot's range of their own replica already: its merge waited for their pushes),
+	 * then into their replicas and bases */
+	for (uint32_t d = 0; split && n && d < S; d++) {
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		const size_t row_bytes = (size_t)k * c->es, lo = n * d / S, m = n * (d + 1) / S - lo;
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
+		MFS_CUDA_TRY(cudaStreamWaitEvent(c->mg_cs, c->mg_ready, 0));
+		for (uint32_t d2 = 0; d2 < S && m; d2++) {
+			const struct cuda_impl *o = cs[d2];
+			if (d2 == d)
+				continue;
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)d * o->mg_cap + lo) * row_bytes, o->dev,
+			                                 (const char *)c->mg_F + ((size_t)d * c->mg_cap + lo) * row_bytes, c->dev,
+			                                 m * row_bytes, c->mg_cs));
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)d * o->mg_cap + lo, o->dev,
+			                                 c->mg_b + (size_t)d * c->mg_cap + lo, c->dev, m * sizeof(float), c->mg_cs));
+		}
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_pushed[1], c->mg_cs));
+	}
+	for (uint32_t d2 = 0; split && n && d2 < S; d2++) {
+		struct cuda_impl *c = cs[d2];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		const int words = (int)((size_t)k * c->es / 4);
+		const uint32_t *rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d2])->rows : c->mg_rows;
+		for (uint32_t d = 0; d < S; d++) {
+			const size_t lo = n * d / S, hi = n * (d + 1) / S;
+			if (d == d2 || lo == hi)
+				continue;
+			MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[d]->mg_pushed[1], 0));
+			unpack_kernel<<<warp_blocks(hi - lo), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				(const uint32_t *)((const char *)c->mg_F + (size_t)d * c->mg_cap * k * c->es), c->mg_b + (size_t)d * c->mg_cap,
+				rows, lo, hi, words, (uint32_t *)c->Q, (uint32_t *)c->Q0, c->bi, c->b0);
 			MFS_CUDA_LAUNCHED();
 		}
 	}
