@@ -619,11 +619,12 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	while (x->q_n == DRV_SLOTS && !x->drv_rc)
 		pthread_cond_wait(&x->room, &x->lk);
 	int rc = x->drv_rc;
+	/* the first free slot (head + n: the same after any pop by the driver), the caller's until
+	 * queued; the driver reads only queued ones */
+	struct slot *q = &x->q[(x->q_head + x->q_n) % DRV_SLOTS];
 	pthread_mutex_unlock(&x->lk);
 	if (rc)
 		return rc;
-	/* the free slot is the caller's until queued: the driver reads only queued ones */
-	struct slot *q = &x->q[(x->q_head + x->q_n) % DRV_SLOTS];
 	if (mfs_grow_from((void **)&q->u, &q->cap_u, b->n, sizeof *q->u, 1024) ||
 	    mfs_grow_from((void **)&q->i, &q->cap_i, b->n, sizeof *q->i, 1024) ||
 	    mfs_grow_from((void **)&q->r, &q->cap_r, b->n, sizeof *q->r, 1024))
