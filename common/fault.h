@@ -11,6 +11,7 @@
  *     engine.sgd        the engine taking a batch (on the GPU: its copy into the ring)
  *     engine.shard      a shard of the sharded engine taking its part of a batch (its driver's
  *                       thread: the error reaches the caller at its next call)
+ *     engine.shard_merge a merge of the sharded engine's item replicas
  * With no spec set every point costs one relaxed atomic load.
  */
 #ifndef MFS_FAULT_H

@@ -37,9 +37,10 @@
  * gathered, copied device to device, merged by the same rule on every device); engines on host
  * arrays (CPU) are merged here by mfs_merge_row_ref, from and into a base of this engine's own.
  *
- * Progress. A batch is applied when every shard has applied its part: a FIFO of the shards'
- * tickets per batch, popped as they are reached. Its ticket is taken, and its events counted,
- * when the caller gives it.
+ * Progress. A batch is applied when every shard has applied its part and its merges are done:
+ * a FIFO of the shards' tickets per batch, popped as they are reached. Its ticket is taken, and
+ * its events counted, when the caller gives it (as the CUDA ring counts them: updates a CPU
+ * shard's non-finite guard skips count too; that engine logs them).
  *
  * Threads. One thread calls this engine (engine.h). Streaming batches are copied into a queue
  * of DRV_SLOTS and applied, in order, on a driver thread of this engine's own (mfs-shards:
@@ -377,6 +378,8 @@ static int run_merge(mfs_engine_t *e, mfs_merge_job_t *job)
 	job->combine = MFS_SHARD_BLEND;
 	job->hp = x->hp;
 	int rc;
+	if ((rc = mfs_fault("engine.shard_merge"))) /* test.fault: a merge of the replicas failing */
+		return rc;
 	if (x->host) {
 		rc = merge_host(e, job);
 	} else {
@@ -548,12 +551,12 @@ static int apply_batch(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 			sh->e->sgd_calls++;
 	}
 	collect_applied(e, 1);
-	if (!rc)
-		rc = progress_push(x);
-	progress_pop(x);
 	const int full = ++x->since >= e->conf.merge_batches;
 	if (!rc && (full || e->conf.merge_hot_stream))
 		rc = merge_pending(e, !full);
+	if (!rc) /* into progress only once its merges are done: a failed one is never applied */
+		rc = progress_push(x);
+	progress_pop(x);
 	for (uint32_t s = 0; s < x->S; s++) /* this batch's counts, back to zero */
 		for (size_t j = 0; j < x->sh[s].b.n; j++)
 			x->bcnt[(size_t)x->sh[s].b.i[j] * x->S + s] = 0;
@@ -853,7 +856,8 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 			r[y] = b->r[j];
 		}
 	}
-	share_mu(x);
+	if (!rc)
+		share_mu(x);
 	for (uint32_t p = 0; p < P && !rc; p++) {
 		struct piece *pc = &ss->pc[p];
 		for (uint32_t s = 0; s < S && !rc; s++) {
@@ -1163,10 +1167,7 @@ static void sharded_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applie
 static int sharded_memory(mfs_engine_t *e, uint64_t *used, uint64_t *total)
 {
 	struct sharded *x = impl(e);
-	int rc = quiesce(e);
-	if (rc)
-		return rc;
-	rc = MFS_ENODEV;
+	int rc = MFS_ENODEV; /* no wait for the driver: a device's memory query is thread-safe */
 	double worst = -1;
 	for (uint32_t s = 0; s < x->S; s++) {
 		uint64_t u = 0, t = 0;
@@ -1312,7 +1313,14 @@ static int sharded_open(mfs_engine_t *e, char *errstr, size_t es)
 		sharded_close(e);
 		return mfs_errf(errstr, es, rc, "engine: cannot place the model on %u shards", S);
 	}
-	if (pthread_mutex_init(&x->lk, NULL) || pthread_cond_init(&x->work, NULL) || pthread_cond_init(&x->room, NULL)) {
+	int lk = pthread_mutex_init(&x->lk, NULL) == 0;
+	int cw = lk && pthread_cond_init(&x->work, NULL) == 0;
+	int cr = cw && pthread_cond_init(&x->room, NULL) == 0;
+	if (!cr) {
+		if (cw)
+			pthread_cond_destroy(&x->work);
+		if (lk)
+			pthread_mutex_destroy(&x->lk);
 		sharded_close(e);
 		return mfs_errf(errstr, es, ENOMEM, "engine: cannot make the driver's lock");
 	}

@@ -287,7 +287,8 @@ static void test_validation(void)
 /* The driver thread: a batch's ticket is taken and its events counted when sgd returns, before
  * it is applied; drain applies every queued batch. A shard that fails (fault point engine.shard)
  * on the driver's thread: the caller gets the error from a later call, the failed batch and
- * every one after it are never reported applied, and close still returns. */
+ * every one after it are never reported applied, and close still returns. A failed merge
+ * (engine.shard_merge): its batch is never reported applied either. */
 static void test_driver(void)
 {
 	const int k = 8;
@@ -331,6 +332,28 @@ static void test_driver(void)
 	TEST_EQ_INT(ticket, given);
 	TEST_EQ_INT(applied, 2);
 	mfs_engine_close(e);
+
+	/* the second merge fails (every row merged after every batch): the second batch is never
+	 * reported applied, through the driver or inline */
+	for (int inl = 0; inl < 2; inl++) {
+		TEST_OK(mfs_fault_arm("engine.shard_merge=EIO@2", err, sizeof err));
+		e = open_sharded_hs(a, 2, 1, 0, 1, 1, inl, 0);
+		TEST_OK(mfs_engine_set_hparams(e, &HP));
+		given = 0, rc = 0;
+		for (size_t off = 0; off + batch <= pl.n && !rc; off += batch) {
+			const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, batch};
+			if ((rc = mfs_engine_sgd(e, &bt)) == 0)
+				given++;
+		}
+		if (inl)
+			TEST_EQ_INT(rc, EIO);
+		else
+			TEST_EQ_INT(mfs_engine_drain(e), EIO);
+		mfs_engine_progress(e, &ticket, &applied);
+		TEST_EQ_INT(ticket, given);
+		TEST_EQ_INT(applied, 1);
+		mfs_engine_close(e);
+	}
 	TEST_OK(mfs_fault_arm(NULL, err, sizeof err));
 	mfs_model_free(a);
 	planted_free(&pl);
