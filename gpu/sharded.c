@@ -42,11 +42,11 @@
  * its events counted, when the caller gives it (as the CUDA ring counts them: updates a CPU
  * shard's non-finite guard skips count too; that engine logs them).
  *
- * Threads. One thread calls this engine (engine.h). Streaming batches are copied into a queue
- * of DRV_SLOTS and applied, in order, on a driver thread of this engine's own (mfs-shards:
- * routing, the shards' submissions and the merges leave the caller's thread); every other call
- * first waits until the queue is empty and the driver idle (quiesce), and then has the shards
- * to itself, since only the caller queues. The driver reads nothing of the caller's model: a
+ * Threads. One thread calls this engine (engine.h). Streaming batches, and new rows (grow), are
+ * copied into a queue of DRV_SLOTS and applied, in order, on a driver thread of this engine's
+ * own (mfs-shards: routing, the shards' submissions and the merges leave the caller's thread);
+ * every other call but progress and memory first waits until the queue is empty and the driver
+ * idle (quiesce), and then has the shards to itself, since only the caller queues. The driver reads nothing of the caller's model: a
  * batch carries its mean and rates. conf.batches_inline applies batches on the caller's thread
  * (tests compare the two). capture_wait may run on another thread, touching only cap_*.
  *
@@ -81,10 +81,20 @@
  * 1.8x faster than in 16; Zipf 1.2 (91 %) lost 5.2 % in one piece. */
 #define HOT_SHARE_MIN 0.8
 
-/* A streaming batch queued for the driver: a copy of the caller's, with what the caller's model
- * and rate were when it was given. */
+/* The caller's new rows for the shards: its model grew from nu0 users and ni0 items to nu and
+ * ni; P, bu hold the values of users nu0 .. nu - 1, Q, bi of items ni0 .. ni - 1 (the caller's
+ * arrays, or a queued copy of them). */
+struct rows_in {
+	uint32_t nu0, nu, ni0, ni;
+	const float *P, *bu, *Q, *bi;
+	double mu;
+};
+
+/* What the caller queues for the driver: a streaming batch (a copy of the caller's, with what
+ * the caller's model and rate were when it was given), or new rows (grow: a copy of them). */
 #define DRV_SLOTS 4
 struct slot {
+	int grow;
 	uint32_t *u, *i;
 	float *r;
 	size_t n, cap_u, cap_i, cap_r;
@@ -92,6 +102,9 @@ struct slot {
 	int repeat;
 	double mu;
 	mfs_hparams_t hp;
+	struct rows_in g;
+	float *P, *bu, *Q, *bi;
+	size_t cap_P, cap_bu, cap_Q, cap_bi;
 };
 
 /* A shard's part of a routed batch: user rows local, input order. */
@@ -172,6 +185,7 @@ struct sharded {
 	struct slot q[DRV_SLOTS];
 	size_t q_head, q_n;
 	uint64_t done_pub;      /* x->done as the driver last published it, under lk */
+	uint32_t given_nu, given_ni; /* the caller's: its model's sizes at its last grow */
 };
 
 static struct sharded *impl(const mfs_engine_t *e) { return (struct sharded *)e->impl; }
@@ -216,20 +230,16 @@ static int model_reserve(mfs_model_t *m, uint32_t nu, uint32_t ni)
 	return 0;
 }
 
-/* The caller's rows that are new since the last call go to the shards: users to their shard
- * at local rows, items to every replica; then each engine grows. */
-static int take_rows(mfs_engine_t *e)
+/* New rows to the shards: users to their shard at local rows, items to every replica (and the
+ * host shards' base); then each engine grows. The counts follow the item table. */
+static int apply_rows(mfs_engine_t *e, const struct rows_in *g)
 {
 	struct sharded *x = impl(e);
-	const mfs_model_t *m = e->model;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
-	int rc0 = quiesce(e);
-	if (rc0)
-		return rc0;
-	if (m->n_items > x->cap_i) { /* the counts follow the item table */
+	if (g->ni > x->cap_i) {
 		size_t c = x->cap_i ? x->cap_i : 1024;
-		while (c < m->n_items)
+		while (c < g->ni)
 			c *= 2;
 		uint32_t *cnt = calloc(c * S, sizeof *cnt), *bcnt = calloc(c * S, sizeof *bcnt), *uni = malloc(c * sizeof *uni);
 		uint8_t *in = calloc(c, 1);
@@ -253,35 +263,100 @@ static int take_rows(mfs_engine_t *e)
 	}
 	for (uint32_t s = 0; s < S; s++) {
 		struct shard *sh = &x->sh[s];
-		const uint32_t nu = mfs_shard_rows_in(m->n_users, s, S);
-		if (model_reserve(&sh->m, nu, m->n_items))
+		const uint32_t nu = mfs_shard_rows_in(g->nu, s, S);
+		if (sh->m.n_items < g->ni0 || (sh->m.n_users < nu && (size_t)sh->m.n_users * S + s < g->nu0))
+			return MFS_EINVAL; /* rows the shards never got: the caller's sizes went back */
+		if (model_reserve(&sh->m, nu, g->ni))
 			return ENOMEM;
 		for (uint32_t l = sh->m.n_users; l < nu; l++) {
-			const size_t g = (size_t)l * S + s;
-			memcpy(sh->m.P + (size_t)l * k, m->P + g * k, k * sizeof(float));
-			sh->m.bu[l] = m->bu[g];
+			const size_t r = (size_t)l * S + s - g->nu0;
+			memcpy(sh->m.P + (size_t)l * k, g->P + r * k, k * sizeof(float));
+			sh->m.bu[l] = g->bu[r];
 		}
-		if (m->n_items > sh->m.n_items) {
-			const size_t a = sh->m.n_items, n = m->n_items - a;
-			memcpy(sh->m.Q + a * k, m->Q + a * k, n * k * sizeof(float));
-			memcpy(sh->m.bi + a, m->bi + a, n * sizeof(float));
+		if (g->ni > sh->m.n_items) {
+			const size_t a = sh->m.n_items, n = g->ni - a;
+			memcpy(sh->m.Q + a * k, g->Q + (a - g->ni0) * k, n * k * sizeof(float));
+			memcpy(sh->m.bi + a, g->bi + (a - g->ni0), n * sizeof(float));
 		}
 		sh->m.n_users = nu;
-		sh->m.n_items = m->n_items;
-		sh->m.mu = m->mu;
+		sh->m.n_items = g->ni;
+		sh->m.mu = g->mu;
 		int rc = mfs_engine_grow(sh->e);
 		if (rc)
 			return rc;
 	}
-	if (x->host && m->n_items > x->base.n_items) { /* host shards' base: the new rows as given */
-		const size_t a = x->base.n_items, n = m->n_items - a;
+	if (x->host && g->ni > x->base.n_items) { /* host shards' base: the new rows as given */
+		const size_t a = x->base.n_items, n = g->ni - a;
 		x->base.k = x->k;
-		if (model_reserve(&x->base, 0, m->n_items))
+		if (model_reserve(&x->base, 0, g->ni))
 			return ENOMEM;
-		memcpy(x->base.Q + a * k, m->Q + a * k, n * k * sizeof(float));
-		memcpy(x->base.bi + a, m->bi + a, n * sizeof(float));
-		x->base.n_items = m->n_items;
+		memcpy(x->base.Q + a * k, g->Q + (a - g->ni0) * k, n * k * sizeof(float));
+		memcpy(x->base.bi + a, g->bi + (a - g->ni0), n * sizeof(float));
+		x->base.n_items = g->ni;
 	}
+	return 0;
+}
+
+/* The caller's queue: wait for a free slot (the first after the queued ones, its index taken
+ * under the lock: head + n is the same after any pop by the driver), the caller's until given. */
+static int slot_take(struct sharded *x, struct slot **out)
+{
+	pthread_mutex_lock(&x->lk);
+	while (x->q_n == DRV_SLOTS && !x->drv_rc)
+		pthread_cond_wait(&x->room, &x->lk);
+	const int rc = x->drv_rc;
+	*out = &x->q[(x->q_head + x->q_n) % DRV_SLOTS];
+	pthread_mutex_unlock(&x->lk);
+	return rc;
+}
+
+static void slot_give(struct sharded *x, int batch)
+{
+	pthread_mutex_lock(&x->lk);
+	x->q_n++;
+	x->ticket += batch ? 1 : 0;
+	pthread_cond_signal(&x->work);
+	pthread_mutex_unlock(&x->lk);
+}
+
+/* The caller's rows that are new since its last call go to the shards: at once, or (the
+ * driver running) as a copy queued behind the batches given before, so that the caller need
+ * not wait for them (a stream of new users grows the model at nearly every batch). */
+static int take_rows(mfs_engine_t *e)
+{
+	struct sharded *x = impl(e);
+	const mfs_model_t *m = e->model;
+	const size_t k = (size_t)x->k;
+	const uint32_t nu0 = x->given_nu, ni0 = x->given_ni;
+	if (m->n_users < nu0 || m->n_items < ni0)
+		return MFS_EINVAL; /* tables do not shrink */
+	int rc;
+	if (!x->drv_on) {
+		const struct rows_in g = {nu0, m->n_users, ni0, m->n_items, m->P + (size_t)nu0 * k, m->bu + nu0,
+		                          m->Q + (size_t)ni0 * k, m->bi + ni0, m->mu};
+		if (!(rc = quiesce(e)) && !(rc = apply_rows(e, &g)))
+			x->given_nu = m->n_users, x->given_ni = m->n_items;
+		return rc;
+	}
+	if (m->n_users == nu0 && m->n_items == ni0)
+		return 0;
+	struct slot *q;
+	if ((rc = slot_take(x, &q)))
+		return rc;
+	const size_t du = m->n_users - nu0, di = m->n_items - ni0;
+	if (mfs_grow_from((void **)&q->P, &q->cap_P, du * k, sizeof *q->P, 1024) ||
+	    mfs_grow_from((void **)&q->bu, &q->cap_bu, du, sizeof *q->bu, 1024) ||
+	    mfs_grow_from((void **)&q->Q, &q->cap_Q, di * k, sizeof *q->Q, 1024) ||
+	    mfs_grow_from((void **)&q->bi, &q->cap_bi, di, sizeof *q->bi, 1024))
+		return ENOMEM;
+	memcpy(q->P, m->P + (size_t)nu0 * k, du * k * sizeof(float));
+	memcpy(q->bu, m->bu + nu0, du * sizeof(float));
+	memcpy(q->Q, m->Q + (size_t)ni0 * k, di * k * sizeof(float));
+	memcpy(q->bi, m->bi + ni0, di * sizeof(float));
+	q->grow = 1;
+	q->g = (struct rows_in){nu0, m->n_users, ni0, m->n_items, q->P, q->bu, q->Q, q->bi, m->mu};
+	slot_give(x, 0);
+	x->given_nu = m->n_users, x->given_ni = m->n_items;
 	return 0;
 }
 
@@ -581,7 +656,11 @@ static void *drv_main(void *arg)
 		x->drv_busy = 1;
 		pthread_mutex_unlock(&x->lk);
 		int rc = 0;
-		if (!skip) {
+		if (!skip && q->grow) {
+			if ((rc = apply_rows(e, &q->g)))
+				mfs_error("engine", "msg=\"sharded engine: new rows failed to reach the shards; nothing after "
+				                    "them is applied\" rc=%d", rc);
+		} else if (!skip) {
 			x->mu = q->mu;
 			x->hp = q->hp;
 			rc = apply_batch(e, &(mfs_batch_t){q->u, q->i, q->r, q->n}, q->lr_scale, q->repeat);
@@ -618,14 +697,8 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 		}
 		return rc;
 	}
-	pthread_mutex_lock(&x->lk);
-	while (x->q_n == DRV_SLOTS && !x->drv_rc)
-		pthread_cond_wait(&x->room, &x->lk);
-	int rc = x->drv_rc;
-	/* the first free slot (head + n: the same after any pop by the driver), the caller's until
-	 * queued; the driver reads only queued ones */
-	struct slot *q = &x->q[(x->q_head + x->q_n) % DRV_SLOTS];
-	pthread_mutex_unlock(&x->lk);
+	struct slot *q;
+	int rc = slot_take(x, &q);
 	if (rc)
 		return rc;
 	if (mfs_grow_from((void **)&q->u, &q->cap_u, b->n, sizeof *q->u, 1024) ||
@@ -635,12 +708,9 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	memcpy(q->u, b->u, b->n * sizeof *q->u);
 	memcpy(q->i, b->i, b->n * sizeof *q->i);
 	memcpy(q->r, b->r, b->n * sizeof *q->r);
+	q->grow = 0;
 	q->n = b->n, q->lr_scale = lr_scale, q->repeat = repeat, q->mu = e->model->mu, q->hp = e->hp;
-	pthread_mutex_lock(&x->lk);
-	x->q_n++;
-	x->ticket++;
-	pthread_cond_signal(&x->work);
-	pthread_mutex_unlock(&x->lk);
+	slot_give(x, 1);
 	e->model->events_applied += repeat ? 0 : b->n;
 	return 0;
 }
@@ -1220,6 +1290,10 @@ static void sharded_close(mfs_engine_t *e)
 		free(x->q[j].u);
 		free(x->q[j].i);
 		free(x->q[j].r);
+		free(x->q[j].P);
+		free(x->q[j].bu);
+		free(x->q[j].Q);
+		free(x->q[j].bi);
 	}
 	free(x->base.Q);
 	free(x->base.bi);

@@ -212,6 +212,51 @@ static void test_capture_and_growth(void)
 	planted_free(&pl);
 }
 
+/* Users and items arriving on a stream: the driver thread takes the new rows queued behind the
+ * batches given before them (the caller does not wait) and ends with the bits of the inline
+ * engine, and of one that grows with the driver idle (every grow after a drain). */
+static void test_growth_queued(void)
+{
+	const int k = 8;
+	struct planted pl;
+	planted(&pl, 120, 50, 6000, 10, 1.2, 19);
+	mfs_model_t *ms[3];
+	for (int v = 0; v < 3; v++) {
+		mfs_model_t *m = ms[v] = mk_model(k, 40, 20, pl.mean); /* users 40..119, items 20..49 arrive */
+		mfs_engine_t *e = open_sharded_as(m, 3, 2, 3, 1, 1, v == 0); /* 0: inline, the reference */
+		TEST_OK(mfs_engine_set_hparams(e, &HP));
+		for (size_t off = 0; off + 300 <= pl.n; off += 300) {
+			const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, 300};
+			for (size_t j = 0; j < bt.n; j++) {
+				while (bt.u[j] >= m->n_users)
+					add_user(m, mfs_id_u64(m->n_users));
+				while (bt.i[j] >= m->n_items)
+					add_item(m, mfs_id_u64(m->n_items));
+			}
+			if (v == 2)
+				TEST_OK(mfs_engine_drain(e));
+			TEST_OK(mfs_engine_grow(e));
+			TEST_OK(mfs_engine_sgd(e, &bt));
+		}
+		TEST_OK(mfs_engine_sync(e));
+		TEST_EQ_INT(m->n_users, 120);
+		TEST_EQ_INT(m->n_items, 50);
+		uint64_t t, a;
+		mfs_engine_progress(e, &t, &a);
+		TEST_EQ_INT(a, t);
+		mfs_engine_close(e);
+	}
+	for (int v = 1; v < 3; v++) {
+		TEST_ASSERT_MSG(same_floats(ms[0]->P, ms[v]->P, 120 * (size_t)k), "P, variant %d", v);
+		TEST_ASSERT_MSG(same_floats(ms[0]->Q, ms[v]->Q, 50 * (size_t)k), "Q, variant %d", v);
+		TEST_ASSERT(same_floats(ms[0]->bi, ms[v]->bi, 50));
+		TEST_EQ_INT(ms[0]->events_applied, ms[v]->events_applied);
+	}
+	for (int v = 0; v < 3; v++)
+		mfs_model_free(ms[v]);
+	planted_free(&pl);
+}
+
 /* Resident epochs: pieces, hot rows after each, every row at the end; 2 shards within 2 % of one
  * engine on the test set, uniform and skewed items. */
 static void epochs_case(double zipf)
@@ -366,6 +411,7 @@ int main(void)
 	TEST_RUN(test_driver);
 	TEST_RUN(test_merges_matter);
 	TEST_RUN(test_capture_and_growth);
+	TEST_RUN(test_growth_queued);
 	TEST_RUN(test_epochs_accuracy);
 	TEST_RUN(test_validation);
 	return TEST_REPORT();
