@@ -42,12 +42,13 @@
  * its events counted, when the caller gives it (as the CUDA ring counts them: updates a CPU
  * shard's non-finite guard skips count too; that engine logs them).
  *
- * Threads. One thread calls this engine (engine.h). Streaming batches, and new rows (grow), are
- * copied into a queue of DRV_SLOTS and applied, in order, on a driver thread of this engine's
- * own (mfs-shards: routing, the shards' submissions and the merges leave the caller's thread);
- * every other call but progress and memory first waits until the queue is empty and the driver
- * idle (quiesce), and then has the shards to itself, since only the caller queues. The driver reads nothing of the caller's model: a
- * batch carries its mean and rates. conf.batches_inline applies batches on the caller's thread
+ * Threads. One thread calls this engine (engine.h). Streaming batches, new rows (grow) and rows
+ * given to new ids (reset_rows) are copied into a queue of DRV_SLOTS and applied, in order, on a
+ * driver thread of this engine's own (mfs-shards: routing, the shards' submissions and the
+ * merges leave the caller's thread); every other call but progress and memory first waits until
+ * the queue is empty and the driver idle (quiesce), and then has the shards to itself, since
+ * only the caller queues. The driver reads nothing of the caller's model: what it applies
+ * carries its values, mean and rates. conf.batches_inline applies batches on the caller's thread
  * (tests compare the two). capture_wait may run on another thread, touching only cap_*.
  *
  * Ownership: this engine owns its shards (engines and models), the routing scratch, the counts
@@ -91,10 +92,11 @@ struct rows_in {
 };
 
 /* What the caller queues for the driver: a streaming batch (a copy of the caller's, with what
- * the caller's model and rate were when it was given), or new rows (grow: a copy of them). */
+ * the caller's model and rate were when it was given), new rows (grow: a copy of them), or rows
+ * given to new ids (reset: the rows in u, n of them, their values in P and bu). */
 #define DRV_SLOTS 4
 struct slot {
-	int grow;
+	int grow, reset, ent, in_flight;
 	uint32_t *u, *i;
 	float *r;
 	size_t n, cap_u, cap_i, cap_r;
@@ -190,6 +192,8 @@ struct sharded {
 
 static struct sharded *impl(const mfs_engine_t *e) { return (struct sharded *)e->impl; }
 static int quiesce(mfs_engine_t *e);
+static int apply_reset(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, const float *F, const float *B,
+                       int in_flight);
 
 /* ---- the shards' models ------------------------------------------------------------------ */
 
@@ -353,7 +357,7 @@ static int take_rows(mfs_engine_t *e)
 	memcpy(q->bu, m->bu + nu0, du * sizeof(float));
 	memcpy(q->Q, m->Q + (size_t)ni0 * k, di * k * sizeof(float));
 	memcpy(q->bi, m->bi + ni0, di * sizeof(float));
-	q->grow = 1;
+	q->grow = 1, q->reset = 0;
 	q->g = (struct rows_in){nu0, m->n_users, ni0, m->n_items, q->P, q->bu, q->Q, q->bi, m->mu};
 	slot_give(x, 0);
 	x->given_nu = m->n_users, x->given_ni = m->n_items;
@@ -660,6 +664,10 @@ static void *drv_main(void *arg)
 			if ((rc = apply_rows(e, &q->g)))
 				mfs_error("engine", "msg=\"sharded engine: new rows failed to reach the shards; nothing after "
 				                    "them is applied\" rc=%d", rc);
+		} else if (!skip && q->reset) {
+			if ((rc = apply_reset(e, q->ent, q->u, q->n, q->P, q->bu, q->in_flight)))
+				mfs_error("engine", "msg=\"sharded engine: rows given to new ids failed to reach the shards; "
+				                    "nothing after them is applied\" rc=%d", rc);
 		} else if (!skip) {
 			x->mu = q->mu;
 			x->hp = q->hp;
@@ -708,7 +716,7 @@ static int sharded_sgd(mfs_engine_t *e, const mfs_batch_t *b, float lr_scale, in
 	memcpy(q->u, b->u, b->n * sizeof *q->u);
 	memcpy(q->i, b->i, b->n * sizeof *q->i);
 	memcpy(q->r, b->r, b->n * sizeof *q->r);
-	q->grow = 0;
+	q->grow = q->reset = 0;
 	q->n = b->n, q->lr_scale = lr_scale, q->repeat = repeat, q->mu = e->model->mu, q->hp = e->hp;
 	slot_give(x, 1);
 	e->model->events_applied += repeat ? 0 : b->n;
@@ -1059,15 +1067,15 @@ static int sharded_loss_resident(mfs_engine_t *e, mfs_resident_t *s, mfs_loss_t 
 
 /* ---- rows in and out ---------------------------------------------------------------------- */
 
-static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
+/* Rows given to new ids: their fresh values F (n x k) and B (n), in the order of rows, to the
+ * shards that hold them (items: every replica and, host shards, the base). */
+static int apply_reset(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, const float *F, const float *B,
+                       int in_flight)
 {
 	struct sharded *x = impl(e);
-	const mfs_model_t *m = e->model;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
-	int rc = quiesce(e);
-	if (rc)
-		return rc;
+	int rc = 0;
 	if (ent == 1) { /* every replica and (host shards) the base take the fresh values */
 		for (size_t j = 0; j < n; j++) {
 			const uint32_t i = rows[j];
@@ -1076,12 +1084,12 @@ static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, si
 			if (x->in_uni[i]) /* its old counts are another id's: nothing left to merge */
 				memset(x->cnt + (size_t)i * S, 0, S * sizeof *x->cnt);
 			for (uint32_t s = 0; s < S; s++) {
-				memcpy(x->sh[s].m.Q + (size_t)i * k, m->Q + (size_t)i * k, k * sizeof(float));
-				x->sh[s].m.bi[i] = m->bi[i];
+				memcpy(x->sh[s].m.Q + (size_t)i * k, F + j * k, k * sizeof(float));
+				x->sh[s].m.bi[i] = B[j];
 			}
 			if (x->host) {
-				memcpy(x->base.Q + (size_t)i * k, m->Q + (size_t)i * k, k * sizeof(float));
-				x->base.bi[i] = m->bi[i];
+				memcpy(x->base.Q + (size_t)i * k, F + j * k, k * sizeof(float));
+				x->base.bi[i] = B[j];
 			}
 		}
 		for (uint32_t s = 0; s < S && !rc; s++)
@@ -1100,14 +1108,43 @@ static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, si
 			const uint32_t l = mfs_shard_local_row(rows[j], S);
 			if (l >= sh->m.n_users)
 				continue;
-			memcpy(sh->m.P + (size_t)l * k, m->P + (size_t)rows[j] * k, k * sizeof(float));
-			sh->m.bu[l] = m->bu[rows[j]];
+			memcpy(sh->m.P + (size_t)l * k, F + j * k, k * sizeof(float));
+			sh->m.bu[l] = B[j];
 			loc[c++] = l;
 		}
 		rc = mfs_engine_reset_rows(sh->e, 0, loc, c, in_flight);
 	}
 	free(loc);
 	return rc;
+}
+
+/* The caller's rows given to new ids (fresh values in its model): copied, then applied at once
+ * or (the driver running) queued behind the batches given before, as grow is (an evicting
+ * table reuses rows at nearly every batch). */
+static int sharded_reset_rows(mfs_engine_t *e, int ent, const uint32_t *rows, size_t n, int in_flight)
+{
+	struct sharded *x = impl(e);
+	const mfs_model_t *m = e->model;
+	const size_t k = (size_t)x->k;
+	struct slot *q = &x->q[0]; /* inline: the queue is unused, its first slot the scratch */
+	int rc = x->drv_on ? slot_take(x, &q) : quiesce(e);
+	if (rc)
+		return rc;
+	if (mfs_grow_from((void **)&q->u, &q->cap_u, n, sizeof *q->u, 1024) ||
+	    mfs_grow_from((void **)&q->P, &q->cap_P, n * k, sizeof *q->P, 1024) ||
+	    mfs_grow_from((void **)&q->bu, &q->cap_bu, n, sizeof *q->bu, 1024))
+		return ENOMEM;
+	const float *F = ent ? m->Q : m->P, *B = ent ? m->bi : m->bu;
+	for (size_t j = 0; j < n; j++) {
+		q->u[j] = rows[j];
+		memcpy(q->P + j * k, F + (size_t)rows[j] * k, k * sizeof(float));
+		q->bu[j] = B[rows[j]];
+	}
+	if (!x->drv_on)
+		return apply_reset(e, ent, q->u, n, q->P, q->bu, in_flight);
+	q->grow = 0, q->reset = 1, q->ent = ent, q->in_flight = in_flight, q->n = n;
+	slot_give(x, 0);
+	return 0;
 }
 
 static int sharded_sync(mfs_engine_t *e)

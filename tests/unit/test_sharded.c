@@ -212,9 +212,10 @@ static void test_capture_and_growth(void)
 	planted_free(&pl);
 }
 
-/* Users and items arriving on a stream: the driver thread takes the new rows queued behind the
- * batches given before them (the caller does not wait) and ends with the bits of the inline
- * engine, and of one that grows with the driver idle (every grow after a drain). */
+/* Users and items arriving, and rows given to new ids, on a stream: the driver thread takes the
+ * new rows and the reset ones queued behind the batches given before them (the caller does not
+ * wait) and ends with the bits of the inline engine, and of one with the driver idle at every
+ * grow and reset (a drain before each). */
 static void test_growth_queued(void)
 {
 	const int k = 8;
@@ -236,6 +237,16 @@ static void test_growth_queued(void)
 			if (v == 2)
 				TEST_OK(mfs_engine_drain(e));
 			TEST_OK(mfs_engine_grow(e));
+			if (off / 300 % 4 == 3) { /* a user row and an item row given to new ids */
+				const uint32_t ru = (uint32_t)(off / 300 % 40), ri = (uint32_t)(off / 300 % 20);
+				for (int f = 0; f < k; f++) {
+					m->P[(size_t)ru * k + f] = 0.01f * (float)(f + 1);
+					m->Q[(size_t)ri * k + f] = -0.02f * (float)(f + 1);
+				}
+				m->bu[ru] = 0.25f, m->bi[ri] = -0.25f;
+				TEST_OK(mfs_engine_reset_rows(e, 0, &ru, 1, 1));
+				TEST_OK(mfs_engine_reset_rows(e, 1, &ri, 1, 1));
+			}
 			TEST_OK(mfs_engine_sgd(e, &bt));
 		}
 		TEST_OK(mfs_engine_sync(e));
