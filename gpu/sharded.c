@@ -353,10 +353,14 @@ static int take_rows(mfs_engine_t *e)
 	    mfs_grow_from((void **)&q->Q, &q->cap_Q, di * k, sizeof *q->Q, 1024) ||
 	    mfs_grow_from((void **)&q->bi, &q->cap_bi, di, sizeof *q->bi, 1024))
 		return ENOMEM;
-	memcpy(q->P, m->P + (size_t)nu0 * k, du * k * sizeof(float));
-	memcpy(q->bu, m->bu + nu0, du * sizeof(float));
-	memcpy(q->Q, m->Q + (size_t)ni0 * k, di * k * sizeof(float));
-	memcpy(q->bi, m->bi + ni0, di * sizeof(float));
+	if (du) { /* (a side with no new rows may have no copy arrays yet) */
+		memcpy(q->P, m->P + (size_t)nu0 * k, du * k * sizeof(float));
+		memcpy(q->bu, m->bu + nu0, du * sizeof(float));
+	}
+	if (di) {
+		memcpy(q->Q, m->Q + (size_t)ni0 * k, di * k * sizeof(float));
+		memcpy(q->bi, m->bi + ni0, di * sizeof(float));
+	}
 	q->grow = 1, q->reset = 0;
 	q->g = (struct rows_in){nu0, m->n_users, ni0, m->n_items, q->P, q->bu, q->Q, q->bi, m->mu};
 	slot_give(x, 0);
