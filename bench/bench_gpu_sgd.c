@@ -462,30 +462,30 @@ int main(int argc, char **argv)
 	 * a CUDA engine trains its device copy and the host model is never synced here */
 	char vbuf[256];
 	snprintf(vbuf, sizeof vbuf, "%s", o.variants ? o.variants : "");
-	/* CPU engines train the host model in place: every variant starts from a copy of the
-	 * initial one */
-	const size_t kk = (size_t)o.k;
-	float *P0 = malloc((size_t)o.users * kk * 4), *Q0 = malloc((size_t)o.items * kk * 4);
-	float *bu0 = malloc((size_t)o.users * 4), *bi0 = malloc((size_t)o.items * 4);
-	if (!P0 || !Q0 || !bu0 || !bi0)
-		return 1;
-	memcpy(P0, m->P, (size_t)o.users * kk * 4);
-	memcpy(Q0, m->Q, (size_t)o.items * kk * 4);
-	memcpy(bu0, m->bu, (size_t)o.users * 4);
-	memcpy(bi0, m->bi, (size_t)o.items * 4);
+	/* CPU engines train the host model in place: every variant after the first starts from a
+	 * copy of the initial one */
+	float *const arr[4] = {m->P, m->Q, m->bu, m->bi};
+	const size_t len[4] = {(size_t)o.users * (size_t)o.k, (size_t)o.items * (size_t)o.k, (size_t)o.users,
+	                       (size_t)o.items};
+	float *init[4] = {NULL};
+	for (int j = 0; j < 4 && !is_cuda; j++) {
+		if (!(init[j] = malloc(len[j] * sizeof(float))))
+			return 1;
+		memcpy(init[j], arr[j], len[j] * sizeof(float));
+	}
 	char *save = NULL;
 	const char *var = strtok_r(vbuf, ",", &save);
 	for (int first = 1; first || var; first = 0, var = var ? strtok_r(NULL, ",", &save) : NULL) {
 		if (!var)
 			var = ""; /* no --variants: one run with the defaults */
-		memcpy(m->P, P0, (size_t)o.users * kk * 4);
-		memcpy(m->Q, Q0, (size_t)o.items * kk * 4);
-		memcpy(m->bu, bu0, (size_t)o.users * 4);
-		memcpy(m->bi, bi0, (size_t)o.items * 4);
+		for (int j = 0; j < 4 && !is_cuda && !first; j++)
+			memcpy(arr[j], init[j], len[j] * sizeof(float));
 		if (run_variant(&o, m, is_cuda, fp16, var[0] ? var : "default", U, I, R, ntrain, TU, TI, TR, ntest,
 		                copy_gbps, t_gen))
 			return 1;
 	}
+	for (int j = 0; j < 4; j++)
+		free(init[j]);
 	mfs_model_free(m);
 	return 0;
 }

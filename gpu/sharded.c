@@ -209,29 +209,29 @@ static int grow_array(void **a, size_t have, size_t want, size_t elem)
 	return 0;
 }
 
-/* Room for nu users and ni items in shard model m (capacities double). */
+/* Room for want rows of one side (factors F, biases b; have in use, cap allocated; doubling). */
+static int side_reserve(float **F, float **b, uint32_t *cap, uint32_t have, uint32_t want, size_t k)
+{
+	if (want <= *cap)
+		return 0;
+	uint32_t c = *cap ? *cap : 1024;
+	while (c < want)
+		c = c > UINT32_MAX / 2 ? UINT32_MAX : 2 * c;
+	if (grow_array((void **)F, (size_t)have * k, (size_t)c * k, sizeof(float)) ||
+	    grow_array((void **)b, have, c, sizeof(float)))
+		return ENOMEM;
+	*cap = c;
+	return 0;
+}
+
+/* Room for nu users and ni items in shard model m. */
 static int model_reserve(mfs_model_t *m, uint32_t nu, uint32_t ni)
 {
 	const size_t k = (size_t)m->k;
-	if (nu > m->cap_users) {
-		uint32_t c = m->cap_users ? m->cap_users : 1024;
-		while (c < nu)
-			c = c > UINT32_MAX / 2 ? UINT32_MAX : 2 * c;
-		if (grow_array((void **)&m->P, (size_t)m->n_users * k, (size_t)c * k, sizeof(float)) ||
-		    grow_array((void **)&m->bu, m->n_users, c, sizeof(float)))
-			return ENOMEM;
-		m->cap_users = c;
-	}
-	if (ni > m->cap_items) {
-		uint32_t c = m->cap_items ? m->cap_items : 1024;
-		while (c < ni)
-			c = c > UINT32_MAX / 2 ? UINT32_MAX : 2 * c;
-		if (grow_array((void **)&m->Q, (size_t)m->n_items * k, (size_t)c * k, sizeof(float)) ||
-		    grow_array((void **)&m->bi, m->n_items, c, sizeof(float)))
-			return ENOMEM;
-		m->cap_items = c;
-	}
-	return 0;
+	return side_reserve(&m->P, &m->bu, &m->cap_users, m->n_users, nu, k) ||
+	               side_reserve(&m->Q, &m->bi, &m->cap_items, m->n_items, ni, k)
+	           ? ENOMEM
+	           : 0;
 }
 
 /* New rows to the shards: users to their shard at local rows, items to every replica (and the
