@@ -664,22 +664,20 @@ static void *drv_main(void *arg)
 		x->drv_busy = 1;
 		pthread_mutex_unlock(&x->lk);
 		int rc = 0;
-		if (!skip && q->grow) {
-			if ((rc = apply_rows(e, &q->g)))
-				mfs_error("engine", "msg=\"sharded engine: new rows failed to reach the shards; nothing after "
-				                    "them is applied\" rc=%d", rc);
-		} else if (!skip && q->reset) {
-			if ((rc = apply_reset(e, q->ent, q->u, q->n, q->P, q->bu, q->in_flight)))
-				mfs_error("engine", "msg=\"sharded engine: rows given to new ids failed to reach the shards; "
-				                    "nothing after them is applied\" rc=%d", rc);
-		} else if (!skip) {
+		if (skip) {
+		} else if (q->grow) {
+			rc = apply_rows(e, &q->g);
+		} else if (q->reset) {
+			rc = apply_reset(e, q->ent, q->u, q->n, q->P, q->bu, q->in_flight);
+		} else {
 			x->mu = q->mu;
 			x->hp = q->hp;
 			rc = apply_batch(e, &(mfs_batch_t){q->u, q->i, q->r, q->n}, q->lr_scale, q->repeat);
-			if (rc)
-				mfs_error("engine", "msg=\"sharded engine: a batch failed on its shards; nothing after it is "
-				                    "applied\" rc=%d", rc);
 		}
+		if (rc)
+			mfs_error("engine", "msg=\"sharded engine: %s failed on the shards; nothing queued after is applied\" "
+			                    "err=\"%s\"",
+			          q->grow ? "new rows" : q->reset ? "rows given to new ids" : "a batch", mfs_strerror(rc));
 		pthread_mutex_lock(&x->lk);
 		if (rc && !x->drv_rc)
 			x->drv_rc = rc;
