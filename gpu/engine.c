@@ -8,7 +8,9 @@
  * DESIGN: a table indexed by enum mfs_engine_kind; a NULL entry is a kind this build lacks.
  * AUTO walks the preference order (CUDA, then CPU) and logs which engine it chose and why.
  * The registry holds no state of its own; an engine handle is used by one thread at a time
- * (the ingest or train thread), which is also the thread that grows the model between calls.
+ * (the ingest or train thread), which is also the thread that grows the model between calls,
+ * except mfs_engine_capture_wait, which the snapshot writer calls too: captures and waits take
+ * the engine's capture lock.
  * Validation reads the whole batch before anything is applied, so a bad batch leaves the
  * model untouched.
  */
@@ -108,8 +110,13 @@ static int open_with(const struct mfs_engine_i *iface, const mfs_engine_conf_t *
 	e->model = m;
 	/* until the caller sets its own (a loss pass before set_hparams still means something) */
 	e->hp = (mfs_hparams_t)MFS_HPARAMS_DEFAULT;
+	if (pthread_mutex_init(&e->cap_mu, NULL)) {
+		free(e);
+		return mfs_errf(errstr, errstr_size, ENOMEM, "engine: cannot create the capture lock");
+	}
 	int rc = iface->open(e, errstr, errstr_size);
 	if (rc) {
+		pthread_mutex_destroy(&e->cap_mu);
 		free(e);
 		return rc;
 	}
@@ -162,6 +169,7 @@ void mfs_engine_close(mfs_engine_t *e)
 		return;
 	(void)mfs_engine_capture_wait(e); /* its buffers go with the engine */
 	e->iface->close(e);
+	pthread_mutex_destroy(&e->cap_mu);
 	free(e);
 }
 
@@ -234,30 +242,49 @@ static int rows_ok(const mfs_engine_t *e, const uint32_t *ur, size_t nu, const u
 	return 1;
 }
 
+/* The capture lock makes a capture and every wait one at a time. Without it the learner's
+ * capture (its wait for the capture before, then the new one) could run beside the writer's
+ * wait: the writer could find nothing pending and read its values while the learner was still
+ * copying them, or copy the learner's new capture while the engine grew its buffers. With it,
+ * when a wait returns, every capture begun before it has its values in place, whichever thread
+ * copied them. */
+static int capture_wait_locked(mfs_engine_t *e)
+{
+	return e->iface->capture_wait ? e->iface->capture_wait(e) : 0;
+}
+
 int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
                        const uint32_t *item_rows, size_t n_items, float *dst_items)
 {
 	if (!e || (n_users && !dst_users) || (n_items && !dst_items) ||
 	    !rows_ok(e, user_rows, n_users, item_rows, n_items))
 		return MFS_EINVAL;
-	int rc = mfs_engine_capture_wait(e);
+	pthread_mutex_lock(&e->cap_mu);
+	int rc = capture_wait_locked(e);
 	if (rc)
-		return rc;
-	if (e->iface->capture)
-		return e->iface->capture(e, user_rows, n_users, dst_users, item_rows, n_items, dst_items);
+		goto out;
+	if (e->iface->capture) {
+		rc = e->iface->capture(e, user_rows, n_users, dst_users, item_rows, n_items, dst_items);
+		goto out;
+	}
 	if ((rc = mfs_engine_sync(e))) /* a host engine: the host's rows are the model's */
-		return rc;
+		goto out;
 	const mfs_model_t *m = e->model;
 	mfs_engine_copy_rows(m->bu, m->P, m->k, user_rows, n_users, dst_users);
 	mfs_engine_copy_rows(m->bi, m->Q, m->k, item_rows, n_items, dst_items);
-	return 0;
+out:
+	pthread_mutex_unlock(&e->cap_mu);
+	return rc;
 }
 
 int mfs_engine_capture_wait(mfs_engine_t *e)
 {
 	if (!e)
 		return MFS_EINVAL;
-	return e->iface->capture_wait ? e->iface->capture_wait(e) : 0;
+	pthread_mutex_lock(&e->cap_mu);
+	int rc = capture_wait_locked(e);
+	pthread_mutex_unlock(&e->cap_mu);
+	return rc;
 }
 
 void mfs_engine_progress(mfs_engine_t *e, uint64_t *ticket, uint64_t *applied)

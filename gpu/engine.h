@@ -165,7 +165,10 @@ int mfs_engine_sync(mfs_engine_t *e);
  *  @return 0, MFS_EINVAL (row out of range, NULL dst with rows), ENOMEM, MFS_EGPU. */
 int mfs_engine_capture(mfs_engine_t *e, const uint32_t *user_rows, size_t n_users, float *dst_users,
                        const uint32_t *item_rows, size_t n_items, float *dst_items);
-/** Wait for the last capture's values (from any one thread; a no-op without one outstanding).
+/** Wait for the last capture's values (a no-op without one outstanding). Any thread may call
+ *  it, beside the thread that captures: captures and waits are serialized by the engine's
+ *  capture lock, and when it returns every capture begun before the call has its values in
+ *  dst, whichever thread copied them (the learner's next capture may have).
  *  @return 0, or MFS_EGPU (the copy failed: dst holds no values). */
 int mfs_engine_capture_wait(mfs_engine_t *e);
 /** Memory of the engine's device: in use (by every process) and total, in bytes.

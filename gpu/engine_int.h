@@ -2,6 +2,7 @@
 #ifndef MFS_ENGINE_INT_H
 #define MFS_ENGINE_INT_H
 
+#include <pthread.h>
 #include <string.h>
 
 #include "gpu/engine.h"
@@ -74,6 +75,9 @@ struct mfs_engine {
 	mfs_hparams_t hp;   /* the last set by mfs_engine_set_hparams (the defaults before) */
 	uint64_t sgd_calls; /* mfs_engine_sgd calls that succeeded */
 	void *impl;         /* implementation state */
+	/* captures and their waits, one at a time: the learner captures (snapshots, exchange.topic's
+	 * publish, which also waits) while the snapshot writer waits for an earlier capture */
+	pthread_mutex_t cap_mu;
 };
 
 /* Per row of rows, in order: b[row], then F's k factors of it, into dst (n x (1 + k)).

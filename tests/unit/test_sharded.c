@@ -8,10 +8,12 @@
  * shards; resident epochs on 2 shards reach the one-engine test RMSE within 2 % on a planted
  * problem (uniform and Zipf 1.2 items); validation of the shard count; the driver thread
  * (streaming batches applied off the caller's thread: the same bits as inline, tickets and events
- * counted when sgd returns, a shard's failure reaching the caller, fault point engine.shard).
- * No timing: the tests hold on a slow, loaded machine.
+ * counted when sgd returns, a shard's failure reaching the caller, fault point engine.shard);
+ * a capture waited for on a second thread while the first captures again (the snapshot writer
+ * beside exchange.topic's publish) gives both their values. No timing: the tests hold on a slow, loaded machine.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -415,6 +417,119 @@ static void test_driver(void)
 	planted_free(&pl);
 }
 
+/* The snapshot writer waits for a capture on its thread while the learner captures again and
+ * waits itself (exchange.topic's publish): each must find its own values whole. Without the
+ * engine's capture lock the writer could return while the learner was still copying the
+ * writer's rows, or copy from buffers the learner's next capture was regrowing. */
+struct cap_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	mfs_engine_t *e;
+	const float *want; /* per row asked: bias then k factors, as capture writes them */
+	float *dst;
+	size_t n;
+	int posted, done, quit, bad, failed;
+};
+
+static void *cap_writer(void *arg)
+{
+	struct cap_job *j = arg;
+	pthread_mutex_lock(&j->mu);
+	for (;;) {
+		while (!j->posted && !j->quit)
+			pthread_cond_wait(&j->cv, &j->mu);
+		if (!j->posted)
+			break;
+		j->posted = 0;
+		pthread_mutex_unlock(&j->mu);
+		int rc = mfs_engine_capture_wait(j->e);
+		int bad = memcmp(j->dst, j->want, j->n * sizeof *j->dst) != 0;
+		pthread_mutex_lock(&j->mu);
+		j->failed += rc != 0;
+		j->bad += bad;
+		j->done = 1;
+		pthread_cond_broadcast(&j->cv);
+	}
+	pthread_mutex_unlock(&j->mu);
+	return NULL;
+}
+
+/* per row, the bias then the k factors: what capture gives */
+static void want_rows(const float *b, const float *F, int k, const uint32_t *rows, size_t n, float *dst)
+{
+	for (size_t j = 0; j < n; j++) {
+		dst[j * (1 + (size_t)k)] = b[rows[j]];
+		memcpy(dst + j * (1 + (size_t)k) + 1, F + (size_t)rows[j] * k, (size_t)k * sizeof *F);
+	}
+}
+
+static void test_capture_two_threads(void)
+{
+	const int k = 16;
+	const size_t row = 1 + (size_t)k;
+	struct planted pl;
+	planted(&pl, 300, 80, 6000, 10, 0.8, 21);
+	mfs_model_t *m = mk_model(k, 300, 80, pl.mean);
+	mfs_engine_t *e = open_sharded(m, 2, 2, 4, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	for (size_t off = 0; off + 500 <= pl.n; off += 500) {
+		mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, 500};
+		TEST_OK(mfs_engine_sgd(e, &bt));
+	}
+	TEST_OK(mfs_engine_sync(e)); /* the host model is what every capture must give from here */
+	enum { ROUNDS = 3000, MAXU = 4096 };
+	uint32_t *ur = malloc(MAXU * sizeof *ur), *ir = malloc(MAXU * sizeof *ir);
+	float *wu = malloc(MAXU * row * sizeof *wu), *wi = malloc(MAXU * row * sizeof *wi);
+	float *du = malloc(MAXU * row * sizeof *du), *di = malloc(MAXU * row * sizeof *di);
+	TEST_ASSERT(ur && ir && wu && wi && du && di);
+	mfs_rng_t rng;
+	mfs_rng_seed(&rng, 5);
+	struct cap_job j = {.e = e, .want = wu, .dst = du};
+	pthread_mutex_init(&j.mu, NULL);
+	pthread_cond_init(&j.cv, NULL);
+	pthread_t th;
+	TEST_ASSERT(pthread_create(&th, NULL, cap_writer, &j) == 0);
+	int learner_bad = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		/* the snapshot's users (growing now and then, so the shards' capture buffers regrow),
+		 * posted to the writer */
+		const size_t nu = 1 + (size_t)r * MAXU / ROUNDS, ni = 1 + (uint32_t)mfs_rng_below(&rng, 64);
+		for (size_t x = 0; x < nu; x++)
+			ur[x] = (uint32_t)mfs_rng_below(&rng, 300);
+		want_rows(m->bu, m->P, k, ur, nu, wu);
+		TEST_OK(mfs_engine_capture(e, ur, nu, du, NULL, 0, NULL));
+		pthread_mutex_lock(&j.mu);
+		j.n = nu * row, j.posted = 1, j.done = 0;
+		pthread_cond_broadcast(&j.cv);
+		pthread_mutex_unlock(&j.mu);
+		/* the publish: items only, captured and waited for on this thread */
+		for (size_t x = 0; x < ni; x++)
+			ir[x] = (uint32_t)mfs_rng_below(&rng, 80);
+		want_rows(m->bi, m->Q, k, ir, ni, wi);
+		TEST_OK(mfs_engine_capture(e, NULL, 0, NULL, ir, ni, di));
+		TEST_OK(mfs_engine_capture_wait(e));
+		learner_bad += memcmp(di, wi, ni * row * sizeof *di) != 0;
+		pthread_mutex_lock(&j.mu);
+		while (!j.done)
+			pthread_cond_wait(&j.cv, &j.mu);
+		pthread_mutex_unlock(&j.mu);
+	}
+	pthread_mutex_lock(&j.mu);
+	j.quit = 1;
+	pthread_cond_broadcast(&j.cv);
+	pthread_mutex_unlock(&j.mu);
+	pthread_join(th, NULL);
+	TEST_EQ_INT(j.failed, 0);
+	TEST_EQ_INT(j.bad, 0);
+	TEST_EQ_INT(learner_bad, 0);
+	pthread_mutex_destroy(&j.mu);
+	pthread_cond_destroy(&j.cv);
+	free(ur), free(ir), free(wu), free(wi), free(du), free(di);
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	planted_free(&pl);
+}
+
 int main(void)
 {
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -422,6 +537,7 @@ int main(void)
 	TEST_RUN(test_driver);
 	TEST_RUN(test_merges_matter);
 	TEST_RUN(test_capture_and_growth);
+	TEST_RUN(test_capture_two_threads);
 	TEST_RUN(test_growth_queued);
 	TEST_RUN(test_epochs_accuracy);
 	TEST_RUN(test_validation);
