@@ -33,6 +33,7 @@
 
 #define WARPS_PER_BLOCK 8
 #define MG_CHUNKS 8 /* a merge's rows are pushed and merged in up to this many chunks (merge.cu) */
+#define MG_PEERS 8  /* the shards a device merge takes (gpu/shard.h MFS_SHARD_DEVICE_MAX) */
 #define HOT_C 32.0 /* a row held by more warps than this at once is "hot" (see row_modes) */
 #define HOT_GAIN 1.0 /* ... or by more than HOT_GAIN / lr: hot_c() */
 #define PLAIN_C 0.1 /* default: rows held by at most this many warps at once take plain stores */
@@ -163,9 +164,13 @@ struct cuda_impl {
 	void *mg_tab; /* BLEND's factors by count (merge.cu, struct blend_tab) */
 	size_t mg_cap, mg_p2_cap;
 	uint32_t mg_S;
-	cudaStream_t mg_cs;           /* this device's pushes to its peers, beside the merge kernels */
+	cudaStream_t mg_ps[MG_PEERS]; /* this device's pushes to shard d's device, beside the merge
+	                                 kernels (a stream a peer: the copies to every peer at once) */
+	cudaStream_t mg_cs;           /* MFS_MERGE_TRACE: joins the pushes to time them */
 	cudaEvent_t mg_ev, mg_ready;  /* the merge done; this device's partials and rows ready to push */
-	cudaEvent_t mg_pushed[MG_CHUNKS]; /* chunk j of this device's rows pushed to every peer */
+	cudaEvent_t mg_pto[MG_PEERS][MG_CHUNKS]; /* chunk j of this device's rows pushed to shard d */
+	cudaEvent_t mg_merged[MG_CHUNKS];        /* split merges: chunk j of this device's range merged */
+	cudaEvent_t mg_bto[MG_PEERS][MG_CHUNKS]; /* split merges: and pushed to shard d */
 	cudaEvent_t mg_t[4];          /* MFS_MERGE_TRACE: start, pushes begun, pushes done, merge done */
 };
 

@@ -18,9 +18,10 @@
  *      NORM_BLOCKS fixed partial sums (deterministic), into this device's slot of its partials;
  *   2. pack_kernel (engine stream): the rows' values of this replica into this device's slot of
  *      the packed rows (n x k elements, n biases);
- *   3. on the device's copy stream (mg_cs): device to device copies (cudaMemcpyPeerAsync,
+ *   3. on a copy stream per peer (mg_ps[d]): device to device copies (cudaMemcpyPeerAsync,
  *      NVLink where the GPUs have it) of this device's partials, then of its packed rows in up
- *      to MG_CHUNKS chunks, into the same slot on every other device, an event per chunk;
+ *      to MG_CHUNKS chunks, into the same slot on every other device, to every peer at once,
+ *      an event per chunk and peer;
  *   4. merge_kernel (engine stream), chunk by chunk once every device has pushed that chunk:
  *      |p|^2 from all partials in shard order (before the first chunk), then per row the
  *      merge, written to Q, bi, Q0 and b0. Chunk j merges while chunk j + 1 crosses NVLink.
@@ -34,7 +35,8 @@
  * only the others' ranges, step 4 merges the device's own range (also into its own slot), then
  * each device pushes its merged range into that slot on every other device, where
  * unpack_kernel writes it to Q, bi, Q0 and b0: (S - 1) / S of a replica in and out per device,
- * not S - 1 replicas in, and 1 / S of the merge work.
+ * not S - 1 replicas in, and 1 / S of the merge work. Each range goes in chunks too: chunk j of
+ * every range is pushed, merged, pushed back and unpacked while chunk j + 1 is on its way.
  * Measured (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16: two H200s, the push of 256 MB
  * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock;
  * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge);
@@ -61,6 +63,7 @@
 #define NORM_BLOCKS 128
 #define MERGE_MAX_S MFS_SHARD_DEVICE_MAX /* the per-shard factors of a row live in registers */
 #define MAX_E 8       /* elements per lane: k / 32, k <= 256 */
+static_assert(MG_PEERS >= MERGE_MAX_S, "a copy stream and events per peer");
 
 template <typename T> __device__ __forceinline__ float to_f(T v);
 template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
@@ -461,9 +464,22 @@ void cuda_merge_free(struct cuda_impl *c)
 		cudaEventDestroy(c->mg_ready);
 	c->mg_ready = NULL;
 	for (int x = 0; x < MG_CHUNKS; x++) {
-		if (c->mg_pushed[x])
-			cudaEventDestroy(c->mg_pushed[x]);
-		c->mg_pushed[x] = NULL;
+		if (c->mg_merged[x])
+			cudaEventDestroy(c->mg_merged[x]);
+		c->mg_merged[x] = NULL;
+		for (int d = 0; d < MG_PEERS; d++) {
+			cudaEvent_t *ev[] = {&c->mg_pto[d][x], &c->mg_bto[d][x]};
+			for (int y = 0; y < 2; y++) {
+				if (*ev[y])
+					cudaEventDestroy(*ev[y]);
+				*ev[y] = NULL;
+			}
+		}
+	}
+	for (int d = 0; d < MG_PEERS; d++) {
+		if (c->mg_ps[d])
+			cudaStreamDestroy(c->mg_ps[d]);
+		c->mg_ps[d] = NULL;
 	}
 	for (int x = 0; x < 4; x++) {
 		if (c->mg_t[x])
@@ -489,9 +505,19 @@ static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_
 		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_ev, cudaEventDisableTiming));
 	if (!c->mg_ready)
 		MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_ready, cudaEventDisableTiming));
-	for (int x = 0; x < MG_CHUNKS; x++)
-		if (!c->mg_pushed[x])
-			MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_pushed[x], cudaEventDisableTiming));
+	for (int x = 0; x < MG_CHUNKS; x++) {
+		if (!c->mg_merged[x])
+			MFS_CUDA_TRY(cudaEventCreateWithFlags(&c->mg_merged[x], cudaEventDisableTiming));
+		for (uint32_t d = 0; d < S; d++) {
+			cudaEvent_t *ev[] = {&c->mg_pto[d][x], &c->mg_bto[d][x]};
+			for (int y = 0; y < 2; y++)
+				if (!*ev[y])
+					MFS_CUDA_TRY(cudaEventCreateWithFlags(ev[y], cudaEventDisableTiming));
+		}
+	}
+	for (uint32_t d = 0; d < S; d++)
+		if (!c->mg_ps[d])
+			MFS_CUDA_TRY(cudaStreamCreateWithFlags(&c->mg_ps[d], cudaStreamNonBlocking));
 	for (int x = 0; x < 4; x++)
 		if (!c->mg_t[x])
 			MFS_CUDA_TRY(cudaEventCreate(&c->mg_t[x]));
@@ -565,6 +591,18 @@ static uint32_t merge_chunks(size_t n)
 	return c < 1 ? 1 : c > MG_CHUNKS ? MG_CHUNKS : (uint32_t)c;
 }
 
+/* Rows [lo, hi) of chunk j of C: of the whole job, or (split) of the range device d merges,
+ * [n d / S, n (d + 1) / S) */
+static void chunk_of(size_t n, uint32_t S, int split, uint32_t d, uint32_t j, uint32_t C, size_t *lo, size_t *hi)
+{
+	if (!split) {
+		*lo = n * j / C, *hi = n * (j + 1) / C;
+		return;
+	}
+	const size_t a = n * d / S, m = n * (d + 1) / S - a;
+	*lo = a + m * j / C, *hi = a + m * (j + 1) / C;
+}
+
 template <typename T>
 static void launch_merge(int k, unsigned blocks, cudaStream_t st, const struct merge_args &a, T *Q, float *bi, T *Q0,
                          float *b0)
@@ -613,7 +651,7 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 	 * of that range, then sends its merged rows to every other device (a reduce-scatter, then an
 	 * all-gather): each device receives (S - 1) / S of a replica twice, not S - 1 replicas */
 	const int split = S >= 3;
-	const uint32_t C = split ? 1 : merge_chunks(n);
+	const uint32_t C = merge_chunks(split ? n / S : n);
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
@@ -647,35 +685,43 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			MFS_CUDA_LAUNCHED();
 		}
 		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
-		/* 3. on the copy stream: the partials, then chunk by chunk this shard's rows (its packed
-		 * slot, or its table), into the same slot on every other device (device to device
-		 * writes, NVLink where the pair has it), an event after each chunk */
-		MFS_CUDA_TRY(cudaStreamWaitEvent(c->mg_cs, c->mg_ready, 0));
+		/* 3. on a copy stream a peer: the partials, then chunk by chunk this shard's rows (its
+		 * packed slot, or its table), into the same slot on every other device (device to device
+		 * writes, NVLink where the pair has it), all peers at once, an event a chunk and peer.
+		 * One stream for all peers, a peer after another, pushed at 190-290 GB/s a device on
+		 * four H200s (each device sending to one peer at a time) */
 		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->mg_cs));
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
 		const size_t row_bytes = (size_t)k * c->es;
 		const char *src = dense ? (const char *)c->Q : (const char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
 		const float *bsrc = dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
-		for (uint32_t d = 0; d < S; d++)
-			if (d != s)
-				MFS_CUDA_TRY(cudaMemcpyPeerAsync(cs[d]->mg_part + (size_t)s * NORM_BLOCKS, cs[d]->dev, part, c->dev,
-				                                 NORM_BLOCKS * sizeof(double), c->mg_cs));
-		for (uint32_t j = 0; j < C; j++) {
-			for (uint32_t d = 0; d < S; d++) {
-				const struct cuda_impl *o = cs[d];
-				/* chunk j of the rows, or (split) the rows device d merges */
-				const size_t lo = split ? n * d / S : n * j / C, m = (split ? n * (d + 1) / S : n * (j + 1) / C) - lo;
-				if (d == s || !m)
-					continue;
-				MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)s * o->mg_cap + lo) * row_bytes, o->dev,
-				                                 src + lo * row_bytes, c->dev, m * row_bytes, c->mg_cs));
-				MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)s * o->mg_cap + lo, o->dev, bsrc + lo, c->dev,
-				                                 m * sizeof(float), c->mg_cs));
+		for (uint32_t d = 0; d < S; d++) {
+			if (d == s)
+				continue;
+			const struct cuda_impl *o = cs[d];
+			cudaStream_t ps = c->mg_ps[d];
+			MFS_CUDA_TRY(cudaStreamWaitEvent(ps, c->mg_ready, 0));
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_part + (size_t)s * NORM_BLOCKS, o->dev, part, c->dev,
+			                                 NORM_BLOCKS * sizeof(double), ps));
+			for (uint32_t j = 0; j < C; j++) {
+				/* chunk j of the rows, or (split) of the rows device d merges */
+				size_t lo, hi;
+				chunk_of(n, S, split, d, j, C, &lo, &hi);
+				if (hi > lo) {
+					MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)s * o->mg_cap + lo) * row_bytes, o->dev,
+					                                 src + lo * row_bytes, c->dev, (hi - lo) * row_bytes, ps));
+					MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)s * o->mg_cap + lo, o->dev, bsrc + lo, c->dev,
+					                                 (hi - lo) * sizeof(float), ps));
+				}
+				MFS_CUDA_TRY(cudaEventRecord(c->mg_pto[d][j], ps));
 			}
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_pushed[j], c->mg_cs));
 		}
-		if (trace)
+		if (trace) { /* every push done */
+			for (uint32_t d = 0; d < S; d++)
+				if (d != s)
+					MFS_CUDA_TRY(cudaStreamWaitEvent(c->mg_cs, c->mg_pto[d][C - 1], 0));
 			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[2], c->mg_cs));
+		}
 	}
 	/* 4. the merge on every device, chunk by chunk, once every device's push of the chunk is
 	 * done: the others' rows have landed, and (for the whole table) this device's own replica,
@@ -696,9 +742,15 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		a.S = S, a.combine = job->combine;
 		a.tab = (const struct blend_tab *)c->mg_tab, a.lb = lb;
 		for (uint32_t j = 0; j < C && n; j++) {
+			/* the others' pushes of chunk j to this device; for the whole table, also this
+			 * device's own pushes of chunk j, which read the replica the merge overwrites (split
+			 * merges overwrite only the device's own range, which it does not push) */
 			for (uint32_t s = 0; s < S; s++)
-				if (s != d || dense)
-					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_pushed[j], 0));
+				if (s != d)
+					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_pto[d][j], 0));
+			for (uint32_t x = 0; dense && !split && x < S; x++)
+				if (x != d)
+					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][j], 0));
 			if (j == 0) { /* every partial has landed with chunk 0 (the same copy streams, before it) */
 				lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, p2_n, (double)job->hp.lr, (double)job->hp.lambda_q, k,
 				                                  (struct blend_tab *)c->mg_tab);
@@ -708,7 +760,7 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 					MFS_CUDA_LAUNCHED();
 				}
 			}
-			a.lo = split ? n * d / S : n * j / C, a.hi = split ? n * (d + 1) / S : n * (j + 1) / C;
+			chunk_of(n, S, split, d, j, C, &a.lo, &a.hi);
 			if (split) { /* the merged rows also into this device's own slot, to be sent on */
 				a.Fout = (char *)c->mg_F + (size_t)d * c->mg_cap * row_bytes;
 				a.bout = c->mg_b + (size_t)d * c->mg_cap;
@@ -718,52 +770,63 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			else
 				launch_merge<float>(k, warp_blocks(a.hi - a.lo), c->stream, a, (float *)c->Q, c->bi, (float *)c->Q0, c->b0);
 			MFS_CUDA_LAUNCHED();
+			if (split)
+				MFS_CUDA_TRY(cudaEventRecord(c->mg_merged[j], c->stream));
+		}
+		/* split: each merged chunk to the same slot on every other device, on the peers' copy
+		 * streams behind this device's first pushes, while the next chunk merges (the others
+		 * have read that slot's range of their own replica already: the chunk's merge waited for
+		 * their pushes of it) */
+		for (uint32_t j = 0; split && j < C && n; j++) {
+			size_t lo, hi;
+			chunk_of(n, S, split, d, j, C, &lo, &hi);
+			for (uint32_t d2 = 0; d2 < S; d2++) {
+				if (d2 == d)
+					continue;
+				const struct cuda_impl *o = cs[d2];
+				cudaStream_t ps = c->mg_ps[d2];
+				MFS_CUDA_TRY(cudaStreamWaitEvent(ps, c->mg_merged[j], 0));
+				if (hi > lo) {
+					MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)d * o->mg_cap + lo) * row_bytes, o->dev,
+					                                 (const char *)c->mg_F + ((size_t)d * c->mg_cap + lo) * row_bytes,
+					                                 c->dev, (hi - lo) * row_bytes, ps));
+					MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)d * o->mg_cap + lo, o->dev,
+					                                 c->mg_b + (size_t)d * c->mg_cap + lo, c->dev,
+					                                 (hi - lo) * sizeof(float), ps));
+				}
+				MFS_CUDA_TRY(cudaEventRecord(c->mg_bto[d2][j], ps));
+			}
 		}
 	}
-	/* split: each device's merged rows to the same slot on every other device (the others have
-	 * read that slot's range of their own replica already: its merge waited for their pushes),
-	 * then into their replicas and bases */
-	for (uint32_t d = 0; split && n && d < S; d++) {
-		struct cuda_impl *c = cs[d];
-		MFS_CUDA_TRY(cudaSetDevice(c->dev));
-		const size_t row_bytes = (size_t)k * c->es, lo = n * d / S, m = n * (d + 1) / S - lo;
-		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
-		MFS_CUDA_TRY(cudaStreamWaitEvent(c->mg_cs, c->mg_ready, 0));
-		for (uint32_t d2 = 0; d2 < S && m; d2++) {
-			const struct cuda_impl *o = cs[d2];
-			if (d2 == d)
-				continue;
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync((char *)o->mg_F + ((size_t)d * o->mg_cap + lo) * row_bytes, o->dev,
-			                                 (const char *)c->mg_F + ((size_t)d * c->mg_cap + lo) * row_bytes, c->dev,
-			                                 m * row_bytes, c->mg_cs));
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_b + (size_t)d * o->mg_cap + lo, o->dev,
-			                                 c->mg_b + (size_t)d * c->mg_cap + lo, c->dev, m * sizeof(float), c->mg_cs));
-		}
-		MFS_CUDA_TRY(cudaEventRecord(c->mg_pushed[1], c->mg_cs));
-	}
+	/* split: the others' merged rows into this device's replica and base, chunk by chunk as
+	 * they land */
 	for (uint32_t d2 = 0; split && n && d2 < S; d2++) {
 		struct cuda_impl *c = cs[d2];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
 		const int words = (int)((size_t)k * c->es / 4);
 		const uint32_t *rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d2])->rows : c->mg_rows;
-		for (uint32_t d = 0; d < S; d++) {
-			const size_t lo = n * d / S, hi = n * (d + 1) / S;
-			if (d == d2 || lo == hi)
-				continue;
-			MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[d]->mg_pushed[1], 0));
-			unpack_kernel<<<warp_blocks(hi - lo), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
-				(const uint32_t *)((const char *)c->mg_F + (size_t)d * c->mg_cap * k * c->es), c->mg_b + (size_t)d * c->mg_cap,
-				rows, lo, hi, words, (uint32_t *)c->Q, (uint32_t *)c->Q0, c->bi, c->b0);
-			MFS_CUDA_LAUNCHED();
-		}
+		for (uint32_t j = 0; j < C; j++)
+			for (uint32_t d = 0; d < S; d++) {
+				size_t lo, hi;
+				chunk_of(n, S, split, d, j, C, &lo, &hi);
+				if (d == d2 || lo == hi)
+					continue;
+				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[d]->mg_bto[d2][j], 0));
+				unpack_kernel<<<warp_blocks(hi - lo), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+					(const uint32_t *)((const char *)c->mg_F + (size_t)d * c->mg_cap * k * c->es),
+					c->mg_b + (size_t)d * c->mg_cap, rows, lo, hi, words, (uint32_t *)c->Q, (uint32_t *)c->Q0, c->bi,
+					c->b0);
+				MFS_CUDA_LAUNCHED();
+			}
 	}
 	/* every device done before its scratch is used again (and every copy stream: a chunk's
 	 * merge waited for it, but a job of no rows has no merge) */
 	for (uint32_t d = 0; d < S; d++) {
 		struct cuda_impl *c = cs[d];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
-		if (!n)
-			MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pushed[C - 1], 0));
+		for (uint32_t x = 0; !n && x < S; x++) /* no merge waited for the pushes */
+			if (x != d)
+				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][C - 1], 0));
 		if (trace)
 			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[3], c->stream));
 		MFS_CUDA_TRY(cudaEventRecord(c->mg_ev, c->stream));

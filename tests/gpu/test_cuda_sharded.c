@@ -4,7 +4,8 @@
  * copies are then copies within one device: the same code path but NVLink).
  * Covers: parity with the CPU reference of the sharded algorithm (shard_ref, allreduce, BLEND,
  * hot rows) in deterministic mode, fp32 (to a tolerance: the merge's exp, expm1 and |p|^2 sum
- * are the device's) and fp16 (to fp16's tolerance), 2 and 3 shards; the merged replicas agree
+ * are the device's) and fp16 (to fp16's tolerance), 2 and 3 shards (4 where four devices
+ * answer), merges of a few rows and of hundreds of thousands (chunked); the merged replicas agree
  * bit for bit (the loss of every shard's users against its own replica equals the loss after a
  * sync); capture equals sync, through the merge; rows given to new ids reach replicas and base;
  * streaming batches through the persistent kernels with merges converge like one engine;
@@ -61,12 +62,15 @@ static double max_diff(const float *a, const float *b, size_t n, size_t *same)
 	return worst;
 }
 
-static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int k)
+/* nu users, ni items, n ratings in batches of `batch`; cover: the first ni ratings rate every
+ * item once, so that the merge at the sync is the whole table (the dense path) */
+static void parity_run(uint32_t S, int fp16, uint32_t every, uint32_t hot, int k, uint32_t nu, uint32_t ni, size_t n,
+                       size_t batch, double zipf, int cover)
 {
-	const uint32_t nu = 400, ni = 150;
-	const size_t batch = 1000;
 	struct planted pl;
-	planted(&pl, nu, ni, 30000, 3000, 1.0, 21 + S);
+	planted(&pl, nu, ni, n, n / 10, zipf, 21 + S);
+	for (size_t j = 0; cover && j < ni && j < pl.n; j++)
+		pl.i[j] = (uint32_t)j;
 	mfs_model_t *a = mk_model(k, nu, ni, pl.mean), *b = mk_model(k, nu, ni, pl.mean);
 	mfs_engine_t *e = open_cuda(a, S, 1, fp16, every, hot, 1, 1);
 	mfs_shard_conf_t c = {.shards = S, .scheme = MFS_SHARD_ALLREDUCE, .batch = batch, .exchange_every = every,
@@ -77,7 +81,7 @@ static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int 
 	TEST_OK(mfs_engine_set_hparams(e, &HP));
 	TEST_OK(mfs_shard_ref_set_hparams(r, &HP));
 	for (size_t off = 0; off < pl.n; off += batch) {
-		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, batch};
+		const mfs_batch_t bt = {pl.u + off, pl.i + off, pl.r + off, pl.n - off < batch ? pl.n - off : batch};
 		TEST_OK(mfs_engine_sgd(e, &bt));
 		TEST_OK(mfs_shard_ref_sgd(r, &bt));
 	}
@@ -88,8 +92,9 @@ static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int 
 	size_t sb;
 	const double dbi = max_diff(a->bi, b->bi, ni, &sb);
 	const double tol = fp16 ? 2e-2 : 2e-4;
-	fprintf(stderr, "  S=%u %s k=%d every=%u hot=%u: max |dQ| %.3g (%zu of %zu equal), |dP| %.3g (%zu equal), |dbi| %.3g\n",
-	        S, fp16 ? "fp16" : "fp32", k, every, hot, dq, same_q, (size_t)ni * k, dp, same_p, dbi);
+	fprintf(stderr, "  S=%u %s k=%d every=%u hot=%u items=%u%s: max |dQ| %.3g (%zu of %zu equal), |dP| %.3g (%zu equal), "
+	        "|dbi| %.3g\n", S, fp16 ? "fp16" : "fp32", k, every, hot, ni, cover ? " (all rated)" : "", dq, same_q,
+	        (size_t)ni * k, dp, same_p, dbi);
 	TEST_ASSERT_MSG(dq <= tol && dp <= tol && dbi <= tol, "S=%u fp16=%d: %.3g %.3g %.3g", S, fp16, dq, dp, dbi);
 	TEST_EQ_INT(a->events_applied, b->events_applied);
 	/* after the merge the replicas agree: each shard scoring against its own replica gives the
@@ -104,6 +109,23 @@ static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int 
 	mfs_model_free(a);
 	mfs_model_free(b);
 	planted_free(&pl);
+}
+
+static void parity_case(uint32_t S, int fp16, uint32_t every, uint32_t hot, int k)
+{
+	parity_run(S, fp16, every, hot, k, 400, 150, 30000, 1000, 1.0, 0);
+}
+
+/* Merges of hundreds of thousands of rows go in chunks (merge.cu: at least 32768 rows a chunk,
+ * up to 8; split merges, S >= 3, chunk each device's range): one merge at the sync of every
+ * row rated (the whole table, or a packed list), the reference's bits all the same. */
+static void test_parity_chunked(void)
+{
+	parity_run(2, 0, 1000000, 0, 32, 2000, 400000, 800000, 65536, 0, 1);
+	parity_run(3, 0, 1000000, 0, 32, 2000, 400000, 800000, 65536, 0, 1);
+	parity_run(3, 0, 1000000, 0, 32, 2000, 400000, 600000, 65536, 0, 0);
+	if (g_devices >= 4)
+		parity_run(4, 0, 1000000, 0, 32, 2000, 400000, 800000, 65536, 0, 1);
 }
 
 static void test_parity(void)
@@ -228,6 +250,7 @@ int main(void)
 #endif
 	fprintf(stderr, "  %d CUDA device(s): shards on %s\n", g_devices, g_devices > 1 ? "devices 0, 1, 0, ..." : "device 0");
 	TEST_RUN(test_parity);
+	TEST_RUN(test_parity_chunked);
 	TEST_RUN(test_capture_reset);
 	TEST_RUN(test_accuracy);
 	return TEST_REPORT();
