@@ -42,7 +42,8 @@
  * A NAME xS (x2, x4, x2-p16-h4) shards the model over S CUDA devices (engine.devices: gpu/sharded.c,
  * docs/SCALE_OUT.md; devices 0..S-1, round the ones that answer), -pP pieces an epoch
  * (engine.merge_pieces, default 16; one unless heavy skew), -hH the hot rows' threshold
- * (engine.merge_hot, default 8).
+ * (engine.merge_hot, default 8), -sF the least share of the set's ratings on hot rows for
+ * which an epoch runs in pieces (default 0.8; -s0.001: always in pieces).
  * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
  * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
  * default (user runs; runs.cu says how long).
@@ -229,8 +230,9 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		ec.cuda_user_runs = -1;
 	else if (!strncmp(variant, "runs", 4) && atoi(variant + 4) > 0) /* runsN: runs of at most N ratings */
 		ec.cuda_user_runs = atoi(variant + 4);
-	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-bB]: S shards */
-		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h");
+	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-sF]: S shards */
+		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h"), *sh = strstr(variant, "-s");
+		ec.merge_pieces_share = sh ? atof(sh + 2) : 0;
 		ec.shards = (uint32_t)atoi(variant + 1);
 		ec.merge_batches = 8;
 		ec.merge_pieces = p ? (uint32_t)atoi(p + 2) : 16;
@@ -284,6 +286,19 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 				fprintf(stderr, "  %s %s zipf %.2f epoch %ld: test RMSE %.5f (%.3f s)\n", o->label, variant, o->zipf,
 				        ep, l.rmse, dt);
 		}
+	}
+	if (!isfinite(rmse_e) && !mfs_engine_sync(e)) { /* where the non-finite values are */
+		size_t bad[4] = {0};
+		for (size_t x = 0; x < (size_t)m->n_users * (size_t)m->k; x++)
+			bad[0] += !isfinite(m->P[x]);
+		for (size_t x = 0; x < (size_t)m->n_items * (size_t)m->k; x++)
+			bad[1] += !isfinite(m->Q[x]);
+		for (size_t x = 0; x < m->n_users; x++)
+			bad[2] += !isfinite(m->bu[x]);
+		for (size_t x = 0; x < m->n_items; x++)
+			bad[3] += !isfinite(m->bi[x]);
+		fprintf(stderr, "bench_gpu_sgd: %s: test RMSE %g; non-finite values after the sync: P %zu, Q %zu, bu %zu, bi %zu\n",
+		        variant, rmse_e, bad[0], bad[1], bad[2], bad[3]);
 	}
 	qsort(ups, (size_t)o->epochs, sizeof *ups, cmp_double);
 	double med = ups[o->epochs / 2];

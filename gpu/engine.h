@@ -87,6 +87,8 @@ typedef struct mfs_engine_conf {
 	                               the last merge (the merge's q0) where the rows live */
 	int batches_inline;         /* sharded: apply each streaming batch before sgd returns, on the
 	                               caller's thread (tests compare it with the driver thread's) */
+	double merge_pieces_share;  /* sharded, benchmarks: a set runs in merge_pieces pieces when at least
+	                               this share of its ratings is on hot rows (0: the default, 0.8) */
 } mfs_engine_conf_t;
 
 #define MFS_SHARDS_ALL UINT32_MAX

@@ -888,8 +888,9 @@ static uint32_t pieces_for(mfs_engine_t *e, const mfs_batch_t *b)
 		on_hot += cnt[c] / P >= T ? cnt[c] : 0;
 	free(cnt);
 	const double share = rated ? (double)on_hot / (double)rated : 0;
-	mfs_debug("engine", "msg=\"sharded set hot share\" pieces=%u hot=%u share=%.3f", P, T, share);
-	return share >= HOT_SHARE_MIN ? P : 1;
+	const double min = e->conf.merge_pieces_share > 0 ? e->conf.merge_pieces_share : HOT_SHARE_MIN;
+	mfs_info("engine", "msg=\"sharded set hot share\" pieces=%u hot=%u share=%.3f min=%.3f", P, T, share, min);
+	return share >= min ? P : 1;
 }
 
 static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resident_t **out)
