@@ -59,6 +59,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/timeutil.h"
 #include "gpu/shard.h"
 #include "ingest/kafka_util.h"
@@ -293,6 +294,7 @@ static void *reader_main(void *arg)
 {
 	mfs_exchange_t *x = arg;
 	char host[HOST_MAX];
+	mfs_thread_name("mfs-exchange");
 	while (!atomic_load(&x->stop)) {
 		rd_kafka_message_t *msg = rd_kafka_consumer_poll(x->cons, 100);
 		if (!msg)
@@ -682,7 +684,12 @@ int mfs_exchange_open(const mfs_conf_t *c, const char *brokers, mfs_model_t *m, 
 	if ((brokers && *brokers && rd_kafka_conf_set(kc, "bootstrap.servers", brokers, e, sizeof e)) ||
 	    rd_kafka_conf_set(kc, "group.id", "mfstream-exchange", e, sizeof e) ||
 	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", e, sizeof e) ||
-	    rd_kafka_conf_set(kc, "enable.partition.eof", "true", e, sizeof e)) {
+	    rd_kafka_conf_set(kc, "enable.partition.eof", "true", e, sizeof e) ||
+	    /* a position that falls off the log (retention, compaction, a broker that keeps less)
+	     * resumes at the oldest message kept, never at the end: every key's latest value is
+	     * what a reader of this topic needs (librdkafka's default, latest, skipped the
+	     * contributions in between: on the embedded broker up to all of another service's) */
+	    rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", e, sizeof e)) {
 		rd_kafka_conf_destroy(kc);
 		rc = mfs_errf(errstr, es, MFS_ECONFIG, "exchange: %s", e);
 		goto fail;
