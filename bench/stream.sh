@@ -8,10 +8,11 @@
 #
 # Throughput: `serve --embedded-broker` consumes while `produce` fills the topic as fast as it can
 # (on the same 2 cores); events/s = events / (first message produced -> last event applied, as
-# seen in the snapshot). Latency: the service's own histogram of (snapshot commit wall time -
-# Kafka message create time), logged at shutdown. Each throughput run also writes a per-thread
-# CPU profile (OUT-threads.csv: CPU seconds and busy fraction per thread name of serve, and the
-# producer's whole process): the thread near 100 % is the bottleneck.
+# seen in the snapshot; with SERVICES, in the sum over the services' snapshots). Latency: the
+# service's own histogram of (snapshot commit wall time - Kafka message create time), logged at
+# shutdown. Each throughput run also writes a per-thread CPU profile (OUT-threads.csv: CPU
+# seconds and busy fraction per thread name of serve, and the producer's whole process): the
+# thread near 100 % is the bottleneck.
 # Knobs (environment): ENGINE=cuda runs the service on the GPU; SECTIONS (default
 # throughput,latency,timeseries,snapshot) picks the parts; PARTITIONS (default 4) the topic's
 # partitions; EPM (default "100 1000") the events per message of the throughput runs; PRODUCERS
@@ -27,6 +28,13 @@
 # SERVE_ARGS more serve options, PRODUCE_ARGS more options of a throughput run's producers
 # (e.g. --gen.users 1000000); USER_OFFSET_STEP gives the time series' producer j the users from
 # j x this on (gen.user_offset), so producers with arriving users (gen.user_arrival) draw disjoint ones.
+# SERVICES (default 1) the serve processes of a throughput run: one consumer group on the topic
+# sharing item factors through exchange.topic (a deployment's one service a GPU; service 0 hosts
+# the embedded broker, the others join it), each with a snapshot of its own; with ENGINE=cuda
+# service j runs on the j-th device of DEVICES (default 0,1,...,SERVICES-1); the run starts
+# producing once the group has settled (within SETTLE_S, default 120, s; the embedded broker holds
+# a rebalance for the session timeout less 1 s, 44 s by default, 5 s with SERVE_ARGS="--kafka.
+# session.timeout.ms 6000") and prints, per service, its partitions, events and "exchange done" counts.
 #
 # Against a real Kafka broker: `bench/stream.sh --brokers HOST:PORT BUILD_DIR OUT_PREFIX [EVENTS]`
 # (or BROKERS=HOST:PORT): every run gets a topic of its own on it (created with the
@@ -52,9 +60,12 @@ n=${3:-2000000}
 bin=$build/mfstream
 tmp=$(mktemp -d)
 # on the way out (a run that fell behind exits early) stop serve and the producers and wait
-# for them: a GPU job run next must not share the device with serve's shutdown
+# for them: a GPU job run next must not share the device with serve's shutdown. A throughput
+# run's services 1.. (svc_pids) go first: their shutdown (final snapshot, commit) needs the
+# embedded broker in service 0.
 # KEEP_LOGS=DIR keeps serve's and the producers' logs there
-trap 'kill $(jobs -p) 2>/dev/null || true; wait; [ -n "${KEEP_LOGS:-}" ] && cp "$tmp"/*.log "$KEEP_LOGS"/ 2>/dev/null; rm -rf "$tmp"' EXIT
+svc_pids=()
+trap '{ kill ${svc_pids[*]:-} && wait ${svc_pids[*]:-}; } 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || true; wait; [ -n "${KEEP_LOGS:-}" ] && cp "$tmp"/*.log "$KEEP_LOGS"/ 2>/dev/null; rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 # PRODUCER_CPUS / SERVE_CPUS (taskset lists, e.g. 10-15 and 0-9): the producers and serve each on
 # cores of their own, so that a run measures serve without the producers on its cores
@@ -67,17 +78,29 @@ events_applied() { # events applied + held out in the snapshot at $1 (0 when non
 	"$bin" inspect --snapshot "$1" 2>/dev/null |
 		awk '$1 == "events_applied" { a = $3 } $1 == "events_held_out" { h = $3 } END { print a + h + 0 }'
 }
+applied_sum() { # dir... -> events applied + held out, summed over the snapshots at dir...
+	local d s=0
+	for d in "$@"; do
+		s=$((s + $(events_applied "$d")))
+	done
+	echo "$s"
+}
 learner_applied() { # port -> events applied + held out by the learner (learner_phases' scrape);
 	# nothing when the scrape fails (a loaded host can keep serve's metrics thread waiting)
 	learner_phases "$1" 2>/dev/null | awk '/^mfstream_events_/ { s += $2; n++ } END { if (n) printf "%d\n", s }'
 }
-wait_applied() { # dir n [port]: until the snapshot in dir counts n events. Without a port it
-	# fails after 20 s without progress. With serve's metrics port it tells the learner from the
-	# writer: it fails when the learner stops short of n for 20 s (the embedded broker dropped
+wait_applied() { # dir n [port [dir...]]: until the snapshot in dir counts n events (with more
+	# dirs after the port, "" for none: the services of one group, their snapshots summed).
+	# Without a port it fails after 20 s without progress. With serve's metrics port it tells the
+	# learner from the writer: it fails when the learner stops short of n for 20 s (the embedded broker dropped
 	# what it was given), and once the learner has all n it gives the snapshot writer
 	# SNAP_WAIT_S (120) s without a new snapshot (one publish can take that long under load)
-	local last=-1 same=0 now lnow llast=-1 t_all=""
-	while now=$(events_applied "$1"); [ "$now" -lt "$2" ]; do
+	local last=-1 same=0 now lnow llast=-1 t_all="" dirs=("$1") sum=""
+	if [ $# -gt 3 ]; then
+		dirs+=("${@:4}")
+		sum=" (summed over ${#dirs[@]} snapshots)"
+	fi
+	while now=$(applied_sum "${dirs[@]}"); [ "$now" -lt "$2" ]; do
 		if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; last=$now; fi
 		if [ -n "${3:-}" ]; then
 			lnow=$(learner_applied "$3")
@@ -87,12 +110,12 @@ wait_applied() { # dir n [port]: until the snapshot in dir counts n events. With
 			if [ "$lnow" -ge "$2" ] && [ -z "$t_all" ]; then t_all=$(date +%s.%N); same=0; fi
 			# the learner has it all, or its count is unknown (no scrape has answered yet)
 			if { [ -n "$t_all" ] || [ "$llast" -lt 0 ]; } && [ $same -ge $((${SNAP_WAIT_S:-120} * 2)) ]; then
-				echo "snapshot writer behind: the snapshot is at $now of $2 events after ${SNAP_WAIT_S:-120} s" \
+				echo "snapshot writer behind: the snapshot is at $now of $2 events$sum after ${SNAP_WAIT_S:-120} s" \
 					"without a new one (the learner's count: $llast)" >&2
 				return 1
 			fi
 			if [ -z "$t_all" ] && [ "$llast" -ge 0 ] && [ $same -ge 40 ]; then
-				echo "learner stuck at $lnow of $2 events for 20 s (snapshot at $now): the embedded broker keeps" \
+				echo "learner stuck at $lnow of $2 events for 20 s (snapshot at $now$sum): the embedded broker keeps" \
 					"~5 MiB per partition and drops older data silently when the consumer falls that far behind" >&2
 				return 1
 			fi
@@ -100,7 +123,7 @@ wait_applied() { # dir n [port]: until the snapshot in dir counts n events. With
 			continue
 		fi
 		if [ $same -ge 200 ]; then
-			echo "stuck at $now of $2 events for 20 s: the embedded broker keeps ~5 MiB per partition and" \
+			echo "stuck at $now of $2 events$sum for 20 s: the embedded broker keeps ~5 MiB per partition and" \
 				"drops older data silently when the consumer falls that far behind (fewer events, more" \
 				"partitions, or a --rate)" >&2
 			return 1
@@ -222,6 +245,39 @@ new_topic() { # a topic of its own on the real broker (PARTITIONS) -> sets topic
 	"$kafka_home/kafka_2.11-2.4.0/bin/kafka-topics.sh" --bootstrap-server "$brokers" --create --topic "$topic" \
 		--partitions "${PARTITIONS:-4}" --replication-factor 1 >/dev/null
 }
+assignment() { # log... -> a line per log: the partitions its service holds. The eager protocol
+	# (librdkafka's default) revokes every partition and assigns anew at each rebalance, so
+	# what a log assigned after its last "revoked" line is what the service holds
+	local log
+	for log in "$@"; do
+		awk '/msg=revoked/ { s = "" }
+			/msg=assigned/ { for (i = 1; i <= NF; i++) if ($i ~ /^partition=/) s = s " " substr($i, 11) }
+			END { print s }' "$log"
+	done
+}
+wait_settled() { # partitions "pid..." log...: until the group of a throughput run's services has
+	# settled: every service holds partitions of the group's last assignment and together they
+	# hold each of the P partitions once. Before that, producing would time a rebalance (the mock
+	# cluster holds one for the members' session timeout less 1 s once a member joins a group
+	# that has some). Fails when a service exits, or after SETTLE_S (120) s, saying what each holds
+	local p=$1 pids=$2 t pid log held
+	shift 2
+	for ((t = 0; t < ${SETTLE_S:-120} * 10; t++)); do
+		assignment "$@" | awk -v p="$p" '{ if (NF == 0) bad = 1; for (i = 1; i <= NF; i++) { c[$i]++; k++ } }
+			END { for (q = 0; q < p; q++) if (c[q] != 1) bad = 1; exit bad || k != p }' && return 0
+		for pid in $pids; do
+			kill -0 "$pid" 2>/dev/null || { echo "a service exited before the group settled:"; tail -n 5 "$@"; exit 1; }
+		done
+		sleep 0.1
+	done
+	echo "the consumer group did not settle in ${SETTLE_S:-120} s (each of $p partitions held once, by" \
+		"services that all hold some); each service holds (its log; KEEP_LOGS=DIR keeps it):"
+	for log in "$@"; do
+		held=$(assignment "$log")
+		echo "  ${held:- none} ($log)"
+	done
+	exit 1
+}
 topic=ratings
 start_serve() { # dir log extra... -> sets bs (bootstrap), topic and spid
 	local dir=$1 log=$2; shift 2
@@ -262,12 +318,67 @@ start_serve() { # dir log extra... -> sets bs (bootstrap), topic and spid
 if want throughput; then
 csv=$out-throughput.csv
 rm -f "$out-threads.csv"
-echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms,pauses" >"$csv"
+# SERVICES: serve processes in one group, one per GPU in a deployment; each must get a partition
+ns=${SERVICES:-1}
+case $ns in '' | *[!0-9]* | 0) echo "SERVICES=$ns: want a whole number from 1"; exit 2 ;; esac
+if [ "$ns" -gt "${PARTITIONS:-4}" ]; then
+	echo "SERVICES=$ns over PARTITIONS=${PARTITIONS:-4}: a service would hold none"
+	exit 2
+fi
+devs=()
+if [ "$ns" -gt 1 ] && [ "${ENGINE:-cpu}" = cuda ]; then
+	IFS=, read -ra devs <<<"${DEVICES:-$(seq -s, 0 $((ns - 1)))}"
+	[ ${#devs[@]} -ge "$ns" ] || { echo "DEVICES=$DEVICES names ${#devs[@]} devices for SERVICES=$ns"; exit 2; }
+fi
+# services last: older readers of the CSV keep their columns
+echo "events_per_message,events,seconds,events_per_s,produce_s,latency_p50_ms,latency_p99_ms,pauses,services" >"$csv"
+if [ "$ns" -gt 1 ]; then
+	echo "$ns serve processes, one consumer group sharing items through exchange.topic; p50/p99: the slowest" \
+		"service's, pauses: all services'"
+fi
 printf '%-18s %10s %9s %12s %10s %12s %12s %7s\n' events/message events seconds events/s produce_s p50_ms p99_ms pauses
 for epm in ${EPM:-100 1000}; do
 	d=$tmp/snap-$epm
-	start_serve "$d" "$tmp/serve-$epm.log"
-	thread_ticks $spid >"$tmp/ticks0"
+	dirs=("$d")
+	logs=("$tmp/serve-$epm.log")
+	xs=() # service 0's exchange options; none for one service (it starts as it always has)
+	if [ "$ns" -gt 1 ]; then
+		if [ -n "$brokers" ]; then
+			# compacted, as the exchange wants it (docs/SCALE_OUT.md; bench/multihost.py makes it so)
+			xtopic=bench-$$-$RANDOM-items
+			"$kafka_home/kafka_2.11-2.4.0/bin/kafka-topics.sh" --bootstrap-server "$brokers" --create --topic "$xtopic" \
+				--partitions 4 --replication-factor 1 --config cleanup.policy=compact >/dev/null
+		else
+			# nothing to create: the embedded broker (librdkafka's mock cluster, in service 0) makes
+			# the topic when service 0's exchange first asks for it, with the mock's 4 partitions
+			# (the mock has no compaction); no one outside service 0's process can reach it to
+			# create it sooner. The group: the consumer's default (mfstream), named for all
+			xtopic=ratings-items
+			xs=(--kafka.group.id mfstream)
+		fi
+		xs+=(--exchange.topic "$xtopic" --exchange.host s0)
+		[ ${#devs[@]} -eq 0 ] || xs+=(--engine.devices "${devs[0]}")
+	fi
+	start_serve "$d" "$tmp/serve-$epm.log" "${xs[@]}"
+	spids=("$spid")
+	if [ "$ns" -gt 1 ]; then
+		# services 1..: the same topic and group on service 0's broker, a snapshot and log each
+		group=${brokers:+$topic}
+		for ((j = 1; j < ns; j++)); do
+			dirs+=("$tmp/snap-$epm-s$j")
+			logs+=("$tmp/serve-$epm-s$j.log")
+			xs=(--exchange.topic "$xtopic" --exchange.host "s$j")
+			[ ${#devs[@]} -eq 0 ] || xs+=(--engine.devices "${devs[j]}")
+			"${serve_pin[@]}" "$bin" serve --brokers "$bs" --topic "$topic" --snapshot "${dirs[j]}" \
+				--kafka.group.id "${group:-mfstream}" --engine "${ENGINE:-cpu}" --k 128 --metrics.listen "" \
+				--serve.snapshot_ms 250 ${SERVE_ARGS:-} "${xs[@]}" 2>"${logs[j]}" &
+			spids+=($!)
+			svc_pids+=($!)
+		done
+		wait_settled "${PARTITIONS:-4}" "${spids[*]}" "${logs[@]}"
+		mapfile -t held < <(assignment "${logs[@]}")
+	fi
+	for p in "${spids[@]}"; do thread_ticks "$p"; done >"$tmp/ticks0"
 	t0=$(date +%s.%N)
 	# PRODUCERS processes, each n/PRODUCERS events of its own seed; a producer's own CPU is its
 	# shell's cutime + cstime once it has been waited for
@@ -276,24 +387,48 @@ for epm in ${EPM:-100 1000}; do
 		sh -c '"$@"; s=$?; awk "{print \$16 + \$17}" /proc/$$/stat >&3; exit $s' produce \
 			"${prod_pin[@]}" "$bin" produce --brokers "$bs" --topic "$topic" --synthetic --gen.ratings $((n / np)) --gen.seed $((7 + j)) \
 			--batch "$epm" --compact ${PRODUCE_ARGS:-} 2>"$tmp/produce-$epm-$j.log" 3>"$tmp/produce-ticks-$j" &
+		pp[j]=$!
 	done
-	wait $(jobs -p | grep -v "^$spid\$")
+	wait "${pp[@]}"
 	n=$((n / np * np))
 	tp=$(date +%s.%N)
-	wait_applied "$d" "$n"
+	if [ "$ns" -gt 1 ]; then wait_applied "$d" "$n" "" "${dirs[@]:1}"; else wait_applied "$d" "$n"; fi
 	t1=$(date +%s.%N)
-	thread_ticks $spid >"$tmp/ticks1"
+	for p in "${spids[@]}"; do thread_ticks "$p"; done >"$tmp/ticks1"
 	cat "$tmp"/produce-ticks-* | sed 's/^/produce /' >>"$tmp/ticks1"
-	kill -TERM $spid && wait $spid
+	# each service's share at t1 (a rebalance as the others stop could move partitions later)
+	share=()
+	for dj in "${dirs[@]}"; do share+=("$(events_applied "$dj")"); done
+	# services 1.. first, then service 0, whose embedded broker the others stop through
+	for ((j = ns - 1; j >= 0; j--)); do
+		kill -TERM "${spids[j]}" && wait "${spids[j]}"
+	done
+	svc_pids=()
 	p50=$(stopped "$tmp/serve-$epm.log" latency_p50_ms)
 	p99=$(stopped "$tmp/serve-$epm.log" latency_p99_ms)
 	pz=$(stopped "$tmp/serve-$epm.log" pauses)
+	label=$epm/msg
+	if [ "$ns" -gt 1 ]; then
+		p50=$(for l in "${logs[@]}"; do stopped "$l" latency_p50_ms; done | sort -g | tail -1)
+		p99=$(for l in "${logs[@]}"; do stopped "$l" latency_p99_ms; done | sort -g | tail -1)
+		pz=$(for l in "${logs[@]}"; do stopped "$l" pauses; done | awk '{ s += $1 } END { print s + 0 }')
+		label="$epm/msg over $ns serve processes"
+	fi
 	secs=$("$py" -c "print(f'{$t1-$t0:.2f}')")
 	ps=$("$py" -c "print(f'{$tp-$t0:.2f}')")
 	rate=$("$py" -c "print(f'{$n/($t1-$t0):.0f}')")
 	printf '%-18s %10s %9s %12s %10s %12s %12s %7s\n' "$epm" "$n" "$secs" "$rate" "$ps" "$p50" "$p99" "$pz"
-	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99,$pz" >>"$csv"
-	thread_profile "$tmp/ticks0" "$tmp/ticks1" "$secs" "$epm/msg" "$out-threads.csv"
+	echo "$epm,$n,$secs,$rate,$ps,$p50,$p99,$pz,$ns" >>"$csv"
+	if [ "$ns" -gt 1 ]; then
+		# per service: an imbalance between them shows here, and what the exchange did
+		for ((j = 0; j < ns; j++)); do
+			xd=$(grep -o 'msg="exchange done" .*' "${logs[j]}" | tail -1 | cut -d' ' -f3- || true)
+			printf '  s%d: partitions%s; %s events (%s); p50/p99 %s/%s ms; exchange done: %s\n' "$j" "${held[j]}" \
+				"${share[j]}" "$(awk -v a="${share[j]}" -v n="$n" 'BEGIN { printf "%.1f %%", 100 * a / n }')" \
+				"$(stopped "${logs[j]}" latency_p50_ms)" "$(stopped "${logs[j]}" latency_p99_ms)" "${xd:-(no line)}"
+		done
+	fi
+	thread_profile "$tmp/ticks0" "$tmp/ticks1" "$secs" "$label" "$out-threads.csv"
 done
 echo "wrote $csv"
 fi
