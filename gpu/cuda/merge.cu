@@ -41,7 +41,8 @@
  * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock;
  * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge);
  * four H200s split, 2.36-2.48 ms (the first pushes 0.54-0.93 ms), where the whole replicas
- * to every device took ~3 ms an epoch.
+ * to every device took ~3 ms an epoch; split in chunks on a stream a peer, 1.9-2.2 ms (each
+ * device moves 3/4 of a replica out and in twice, at ~225 GB/s).
  *
  * DESIGN: every engine's persistent kernel is stopped first (every batch applied; the next batch
  * relaunches it): beside running persistent kernels on both devices, merges waited 2 s and more
@@ -688,8 +689,9 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		/* 3. on a copy stream a peer: the partials, then chunk by chunk this shard's rows (its
 		 * packed slot, or its table), into the same slot on every other device (device to device
 		 * writes, NVLink where the pair has it), all peers at once, an event a chunk and peer.
-		 * One stream for all peers, a peer after another, pushed at 190-290 GB/s a device on
-		 * four H200s (each device sending to one peer at a time) */
+		 * On four H200s the pushes ran at 190-290 GB/s a device from one stream, a peer after
+		 * another, and at about the same from a stream a peer (the merge 1.9-2.2 ms either way);
+		 * a stream a peer lets a peer's merge start as soon as its own chunk has landed */
 		if (trace)
 			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
 		const size_t row_bytes = (size_t)k * c->es;
