@@ -62,12 +62,12 @@ enum mfs_shard_combine {
 	                       (1 - prod a_s)(t - q0). Each shard's estimate of t - q0, weighted by
 	                       its n_s:
 	                           q = q0 + (1 - prod a_s) / N  sum_s n_s (q_s - q0) / (1 - a_s)
-	                       g = lr (1 + lambda_bi) for the bias; lr (|p|^2 / k + lambda_q) for the
-	                       factors (a rating moves q only along its user's p: isotropic, that is
-	                       |p|^2 / k per dimension; |p|^2 the mean over the round's users). Few
-	                       small steps give the sum of the deltas; many give the count-weighted
-	                       mean of the replicas. A model, checked by measurement (bench_shard),
-	                       not a theorem: the steps are not isotropic and the targets differ. */
+	                       g = lr (1 + lambda_bi) for the bias; lr (rho + lambda_q) for the
+	                       factors, rho = E[(p.p')^2] / E[|p|^2] over the round's users
+	                       (mfs_shard_blend_gq). Few small steps give the sum of the deltas; many
+	                       give the count-weighted mean of the replicas. A model, checked by
+	                       measurement (bench_shard, bench_gpu_sgd), not a theorem: the targets
+	                       differ. */
 };
 
 /** The shard that owns user row `row`. */
@@ -109,6 +109,23 @@ static inline double mfs_shard_blend_log(double g)
 	return log1p(-fmin(g, MFS_SHARD_BLEND_MAX_STEP));
 }
 static inline double mfs_shard_blend_weight(double n, double l) { return n / -expm1(n * l); }
+
+/* BLEND's g for the factors. A rating moves q along its user's p and covers lr (p.u)^2 of the
+ * distance to its target along a unit direction u: per direction, lr times the eigenvalues of the
+ * users' second moment M = E[p p^T]. The move a rating makes falls on M's directions in
+ * proportion to their eigenvalues, so the step it sees is lr (tr M^2 / tr M + lambda_q):
+ * rho = tr M^2 / tr M = E[(p.p')^2] / E[|p|^2] for independent p, p'. Learned user factors are
+ * far from isotropic (planted rank 8, k = 128: a few eigenvalues 20-30x tr M / k); the isotropic
+ * |p|^2 / k (rho for M = |p|^2 / k I) made g 4-6x too small, the hot rows' shards each moved most
+ * of the way while BLEND added their moves like SUM, and at 4 shards rows overshot by up to 3x:
+ * 4 H200s, Zipf 1.2, k 128, 32 pieces, the whole model non-finite in 2 of 3 runs
+ * (docs/SCALE_OUT.md). p2 = sum |p|^2, pp = sum (p.p')^2 over the same number of users: each
+ * shard's sample paired with itself shifted by one, cyclically (mfs_norm2_pairs_ref): one user
+ * alone gives rho = |p|^2, where every move is along its p. */
+static inline double mfs_shard_blend_gq(double lr, double lambda_q, double p2, double pp)
+{
+	return lr * ((p2 > 0 ? pp / p2 : 0) + lambda_q);
+}
 static inline double mfs_shard_blend_scale(double N, double l) { return -expm1(N * l) / N; }
 
 /** The hosts' merge (MFS_SHARD_HOSTS with BLEND) of one value: the receiver holds cur, n_own of

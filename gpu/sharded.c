@@ -424,15 +424,15 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 	mfs_model_t *m = &x->base;
 	const uint32_t S = x->S;
 	const size_t k = (size_t)x->k;
-	double sum = 0;
-	uint64_t n = 0;
+	double sum = 0, pairs = 0;
 	for (uint32_t s = 0; s < S; s++) {
-		const double part = mfs_norm2_sum_ref(x->sh[s].m.P, x->k, job->p2_rows[s], job->p2_n[s]);
+		double part, pp;
+		mfs_norm2_pairs_ref(x->sh[s].m.P, x->k, job->p2_rows[s], job->p2_n[s], &part, &pp);
 		sum = s ? sum + part : part;
-		n += job->p2_n[s];
+		pairs = s ? pairs + pp : pp;
 	}
 	double lb, lq;
-	mfs_merge_logs(&job->hp, x->k, n ? sum / (double)n : 0, &lb, &lq);
+	mfs_merge_logs(&job->hp, sum, pairs, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	for (size_t j = 0; j < job->n; j++) {

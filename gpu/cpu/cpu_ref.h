@@ -125,12 +125,14 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
                        const float *rep_b, const float *const *rep_q, double lb, double lq, float *out,
                        double *tq);
 
-/** Sum over rows[0, n) of |P row|^2 in double, in order (BLEND's |p|^2 = the shards' sums,
- *  added in shard order, over their rows' number). */
-double mfs_norm2_sum_ref(const float *P, int k, const uint32_t *rows, size_t n);
+/** Over rows[0, n), in order, in double: p2 = the sum of |P row|^2, pp = the sum of
+ *  (P row j . P row (j + 1) mod n)^2 (BLEND's rho = pp / p2, gpu/shard.h mfs_shard_blend_gq: the
+ *  shards' sums, each added in shard order). */
+void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, double *p2, double *pp);
 
 /** BLEND's log(1 - g) for the bias (lb: g = lr (1 + lambda_bi)) and the factors (lq: g = lr
- *  (p2 / k + lambda_q)), gpu/shard.h. */
-void mfs_merge_logs(const mfs_hparams_t *hp, int k, double p2, double *lb, double *lq);
+ *  (pp / p2 + lambda_q), mfs_shard_blend_gq), gpu/shard.h; p2, pp the sums of
+ *  mfs_norm2_pairs_ref. */
+void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, double *lb, double *lq);
 
 #endif

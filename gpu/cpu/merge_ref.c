@@ -74,20 +74,25 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
 		out[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
 }
 
-double mfs_norm2_sum_ref(const float *P, int k, const uint32_t *rows, size_t n)
+void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, double *p2, double *pp)
 {
 	const size_t ks = (size_t)k;
-	double sum = 0;
+	double sum = 0, pair = 0;
 	for (size_t j = 0; j < n; j++) {
-		const float *p = P + (size_t)rows[j] * ks;
-		for (size_t f = 0; f < ks; f++)
+		const float *p = P + (size_t)rows[j] * ks, *o = P + (size_t)rows[j + 1 < n ? j + 1 : 0] * ks;
+		double dot = 0;
+		for (size_t f = 0; f < ks; f++) {
 			sum += (double)p[f] * (double)p[f];
+			dot += (double)p[f] * (double)o[f];
+		}
+		pair += dot * dot;
 	}
-	return sum;
+	*p2 = sum;
+	*pp = pair;
 }
 
-void mfs_merge_logs(const mfs_hparams_t *hp, int k, double p2, double *lb, double *lq)
+void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, double *lb, double *lq)
 {
 	*lb = mfs_shard_blend_log((double)hp->lr * (1.0 + (double)hp->lambda_bi));
-	*lq = mfs_shard_blend_log((double)hp->lr * (p2 / (double)k + (double)hp->lambda_q));
+	*lq = mfs_shard_blend_log(mfs_shard_blend_gq((double)hp->lr, (double)hp->lambda_q, p2, pp));
 }

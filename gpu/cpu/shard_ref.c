@@ -413,19 +413,20 @@ static void shard_batch(mfs_shard_ref_t *r, uint32_t s)
 	sh->sh_applied = mfs_sgd_batch_ref(&a, sh->sh_u, sh->sh_i, sh->sh_r, sh->sh_n);
 }
 
-/* BLEND's |p|^2: the mean squared norm of the user rows of this round's ratings (the last
- * batch's, an estimate for the period), as they are now: each shard's sum, the sums added in
- * shard order (as the sharded engine adds its devices'). */
-static double round_p2(const mfs_shard_ref_t *r)
+/* BLEND's sums of |p|^2 and (p.p')^2 (mfs_norm2_pairs_ref) over the user rows of this round's
+ * ratings (the last batch's, an estimate for the period), as they are now: each shard's sums,
+ * added in shard order (as the sharded engine adds its devices'). */
+static void round_p2(const mfs_shard_ref_t *r, double *p2, double *pp)
 {
-	double sum = 0;
-	uint64_t n = 0;
+	double sum = 0, pairs = 0;
 	for (uint32_t s = 0; s < r->sr_c.shards; s++) {
-		const double part = mfs_norm2_sum_ref(r->sr_m->P, r->sr_k, r->sr_sh[s].sh_u, r->sr_sh[s].sh_n);
+		double part, pa;
+		mfs_norm2_pairs_ref(r->sr_m->P, r->sr_k, r->sr_sh[s].sh_u, r->sr_sh[s].sh_n, &part, &pa);
 		sum = s ? sum + part : part;
-		n += r->sr_sh[s].sh_n;
+		pairs = s ? pairs + pa : pa;
 	}
-	return n ? sum / (double)n : 0;
+	*p2 = sum;
+	*pp = pairs;
 }
 
 /* ---- hosts ---------------------------------------------------------------------------------- */
@@ -595,9 +596,10 @@ static void merge_union(mfs_shard_ref_t *r, int hot)
 	const size_t ks = (size_t)r->sr_k, row_bytes = (ks + 1) * sizeof(float);
 	mfs_model_t *m = r->sr_m;
 	float *acc = r->sr_acc;
-	const double p2 = r->sr_c.combine == MFS_SHARD_BLEND ? round_p2(r) : 0;
-	double lb, lq;
-	mfs_merge_logs(&r->sr_hp, r->sr_k, p2, &lb, &lq);
+	double p2 = 0, pp = 0, lb, lq;
+	if (r->sr_c.combine == MFS_SHARD_BLEND)
+		round_p2(r, &p2, &pp);
+	mfs_merge_logs(&r->sr_hp, p2, pp, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	uint32_t cnt[MFS_SHARD_MAX];

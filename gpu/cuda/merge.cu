@@ -6,16 +6,17 @@
  * Math, per row (gpu/shard.h, BLEND; the reference is mfs_merge_row_ref, gpu/cpu/merge_ref.c):
  * with n_s the ratings shard s gave the row since its last merge, a_s = exp(n_s l) and
  * N = sum n_s, q = q0 + (1 - prod a_s) / N  sum_s n_s (q_s - q0) / (1 - a_s), in double, shards in
- * order (l = log(1 - g): g = lr (1 + lambda_bi) for the bias, lr (|p|^2 / k + lambda_q) for the
- * factors); a row one shard alone changed takes that shard's value. SUM and MEAN as the
- * reference. Every multiply and add is spelled with its rounding (__dmul_rn, __dadd_rn) so that
+ * order (l = log(1 - g): g = lr (1 + lambda_bi) for the bias, lr (rho + lambda_q) for the
+ * factors, rho = E[(p.p')^2] / E[|p|^2]: gpu/shard.h, mfs_shard_blend_gq); a row one shard alone
+ * changed takes that shard's value. SUM and MEAN as the reference. Every multiply and add is spelled with its rounding (__dmul_rn, __dadd_rn) so that
  * nvcc contracts nothing into an FMA the host code does not have; exp and expm1 are CUDA's
  * (within an ulp of glibc's), so parity with the reference is to a tolerance, and every device
  * computes the same bits from the same inputs.
  *
  * Steps (one host wait per device at the end):
- *   1. norm2_kernel (engine stream): the sum of |p|^2 over the job's user rows of this shard, in
- *      NORM_BLOCKS fixed partial sums (deterministic), into this device's slot of its partials;
+ *   1. norm2_kernel (engine stream): the sums of |p|^2 and of (p.p')^2 (each row with the next,
+ *      cyclically) over the job's user rows of this shard, in NORM_BLOCKS fixed partial sums each
+ *      (deterministic), into this device's slot of its partials;
  *   2. pack_kernel (engine stream): the rows' values of this replica into this device's slot of
  *      the packed rows (n x k elements, n biases);
  *   3. on a copy stream per peer (mg_ps[d]): device to device copies (cudaMemcpyPeerAsync,
@@ -23,7 +24,7 @@
  *      to MG_CHUNKS chunks, into the same slot on every other device, to every peer at once,
  *      an event per chunk and peer;
  *   4. merge_kernel (engine stream), chunk by chunk once every device has pushed that chunk:
- *      |p|^2 from all partials in shard order (before the first chunk), then per row the
+ *      rho from all partials in shard order (before the first chunk), then per row the
  *      merge, written to Q, bi, Q0 and b0. Chunk j merges while chunk j + 1 crosses NVLink.
  * A job that is the whole table (rows 0 .. n - 1: the end of an epoch where every item was
  * rated) packs nothing: the peers copy the replica itself and the merge reads the device's own,
@@ -62,6 +63,7 @@
 #include "gpu/shard.h"
 
 #define NORM_BLOCKS 128
+#define NORM_PARTS (2 * NORM_BLOCKS) /* a shard's partials: NORM_BLOCKS of |p|^2, then of (p.p')^2 */
 #define MERGE_MAX_S MFS_SHARD_DEVICE_MAX /* the per-shard factors of a row live in registers */
 #define MAX_E 8       /* elements per lane: k / 32, k <= 256 */
 static_assert(MG_PEERS >= MERGE_MAX_S, "a copy stream and events per peer");
@@ -73,42 +75,60 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
-/* part[b] = sum over the rows of block b (rows b*8 + w, then + 8*NORM_BLOCKS) of |P row|^2, lane l
- * over f = l, l + 32, ...; fixed order: each lane's sum, the lanes folded by halves, the warps in
- * order. Four rows a step, so that their loads are in flight together. */
+/* part[b] = sum over the rows j of block b (rows b*8 + w, then + 8*NORM_BLOCKS) of |P row j|^2, and
+ * part[NORM_BLOCKS + b] of (P row j . P row (j + 1) mod n)^2 (BLEND's rho, gpu/shard.h
+ * mfs_shard_blend_gq), lane l over f = l, l + 32, ...; fixed order: each lane's sum of squares,
+ * the lanes folded by halves, the warps in order; a pair's dot, each lane's products, folded by
+ * halves (every lane then holds it), squared and summed in the order of the rows, lane 0's sum,
+ * the warps in order. Four rows a step, so that their loads are in flight together. */
 template <typename T>
 __global__ void norm2_kernel(const T *P, int k, const uint32_t *__restrict__ rows, size_t n, double *part)
 {
-	__shared__ double ws[WARPS_PER_BLOCK];
+	__shared__ double ws[WARPS_PER_BLOCK], wp[WARPS_PER_BLOCK];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	const size_t step = (size_t)gridDim.x * WARPS_PER_BLOCK;
-	double acc = 0;
+	double acc = 0, accp = 0;
 	for (size_t j = (size_t)blockIdx.x * WARPS_PER_BLOCK + w; j < n; j += 4 * step) {
-		float v[4][MAX_E];
+		float v[4][MAX_E], u[4][MAX_E];
 #pragma unroll
 		for (int y = 0; y < 4; y++) {
 			const size_t jj = j + (size_t)y * step;
 			const T *p = jj < n ? P + (size_t)rows[jj] * k : NULL;
+			const T *q = jj < n ? P + (size_t)rows[jj + 1 < n ? jj + 1 : 0] * k : NULL;
 #pragma unroll
-			for (int e = 0; e < MAX_E; e++)
+			for (int e = 0; e < MAX_E; e++) {
 				v[y][e] = p && lane + 32 * e < k ? to_f<T>(p[lane + 32 * e]) : 0.f;
+				u[y][e] = q && lane + 32 * e < k ? to_f<T>(q[lane + 32 * e]) : 0.f;
+			}
 		}
 #pragma unroll
-		for (int y = 0; y < 4; y++)
+		for (int y = 0; y < 4; y++) {
+			double dot = 0;
 #pragma unroll
-			for (int e = 0; e < MAX_E; e++)
+			for (int e = 0; e < MAX_E; e++) {
 				acc = __dadd_rn(acc, __dmul_rn((double)v[y][e], (double)v[y][e]));
+				dot = __dadd_rn(dot, __dmul_rn((double)v[y][e], (double)u[y][e]));
+			}
+			for (int o = 16; o > 0; o >>= 1)
+				dot = __dadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));
+			accp = __dadd_rn(accp, __dmul_rn(dot, dot));
+		}
 	}
 	for (int o = 16; o > 0; o >>= 1)
 		acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-	if (lane == 0)
+	if (lane == 0) {
 		ws[w] = acc;
+		wp[w] = accp;
+	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		double sum = 0;
-		for (int x = 0; x < WARPS_PER_BLOCK; x++)
+		double sum = 0, sump = 0;
+		for (int x = 0; x < WARPS_PER_BLOCK; x++) {
 			sum = __dadd_rn(sum, ws[x]);
+			sump = __dadd_rn(sump, wp[x]);
+		}
 		part[blockIdx.x] = sum;
+		part[NORM_BLOCKS + blockIdx.x] = sump;
 	}
 }
 
@@ -138,20 +158,21 @@ struct blend_tab {
 	double ab[TAB_N], aq[TAB_N], wb[TAB_N], wq[TAB_N];
 };
 
-/* lq from the shards' |p|^2 partials (each shard's in order, the shards in order), on one thread:
- * the same bits on every device. */
-__global__ void lq_kernel(const double *part, uint32_t S, double p2_n, double lr, double lambda_q, int k,
-                          struct blend_tab *tab)
+/* lq from the shards' partials (each shard's in order, the shards in order), on one thread: the
+ * same bits on every device; g as mfs_shard_blend_gq (gpu/shard.h), the same operations. */
+__global__ void lq_kernel(const double *part, uint32_t S, double lr, double lambda_q, struct blend_tab *tab)
 {
-	double sum = 0;
+	double sum = 0, pairs = 0;
 	for (uint32_t s = 0; s < S; s++) {
-		double ps = 0;
-		for (int x = 0; x < NORM_BLOCKS; x++)
-			ps = __dadd_rn(ps, part[s * NORM_BLOCKS + x]);
+		double ps = 0, pp = 0;
+		for (int x = 0; x < NORM_BLOCKS; x++) {
+			ps = __dadd_rn(ps, part[s * NORM_PARTS + x]);
+			pp = __dadd_rn(pp, part[s * NORM_PARTS + NORM_BLOCKS + x]);
+		}
 		sum = s ? __dadd_rn(sum, ps) : ps;
+		pairs = s ? __dadd_rn(pairs, pp) : pp;
 	}
-	const double p2 = p2_n > 0 ? __ddiv_rn(sum, p2_n) : 0;
-	const double g = __dmul_rn(lr, __dadd_rn(__ddiv_rn(p2, (double)k), lambda_q));
+	const double g = __dmul_rn(lr, __dadd_rn(sum > 0 ? __ddiv_rn(pairs, sum) : 0, lambda_q));
 	tab->lq = log1p(-fmin(g, MFS_SHARD_BLEND_MAX_STEP));
 }
 
@@ -525,7 +546,7 @@ static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_
 	if (!c->mg_cs)
 		MFS_CUDA_TRY(cudaStreamCreateWithFlags(&c->mg_cs, cudaStreamNonBlocking));
 	if (!c->mg_part)
-		MFS_CUDA_TRY(cudaMalloc(&c->mg_part, (size_t)MFS_SHARD_MAX * NORM_BLOCKS * sizeof(double)));
+		MFS_CUDA_TRY(cudaMalloc(&c->mg_part, (size_t)MFS_SHARD_MAX * NORM_PARTS * sizeof(double)));
 	if (!c->mg_tab)
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_tab, sizeof(struct blend_tab)));
 	if (n > c->mg_cap || S != c->mg_S) {
@@ -629,9 +650,6 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 	int rc;
 	if (S > MERGE_MAX_S || k > 32 * MAX_E || k % 32)
 		return MFS_EINVAL;
-	double p2_n = 0;
-	for (uint32_t s = 0; s < S; s++)
-		p2_n += (double)job->p2_n[s];
 	static int trace = -1;
 	if (trace < 0)
 		trace = getenv("MFS_MERGE_TRACE") != NULL;
@@ -669,8 +687,9 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
 			                             cudaMemcpyHostToDevice, c->stream));
 		}
-		/* 2. this shard's |p|^2 partials and (unless the job is the whole table) its packed rows */
-		double *part = c->mg_part + (size_t)s * NORM_BLOCKS;
+		/* 2. this shard's |p|^2 and (p.p')^2 partials and (unless the job is the whole table) its
+		 * packed rows */
+		double *part = c->mg_part + (size_t)s * NORM_PARTS;
 		if (c->fp16)
 			norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
 			                                                                          job->p2_n[s], part);
@@ -703,8 +722,8 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			const struct cuda_impl *o = cs[d];
 			cudaStream_t ps = c->mg_ps[d];
 			MFS_CUDA_TRY(cudaStreamWaitEvent(ps, c->mg_ready, 0));
-			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_part + (size_t)s * NORM_BLOCKS, o->dev, part, c->dev,
-			                                 NORM_BLOCKS * sizeof(double), ps));
+			MFS_CUDA_TRY(cudaMemcpyPeerAsync(o->mg_part + (size_t)s * NORM_PARTS, o->dev, part, c->dev,
+			                                 NORM_PARTS * sizeof(double), ps));
 			for (uint32_t j = 0; j < C; j++) {
 				/* chunk j of the rows, or (split) of the rows device d merges */
 				size_t lo, hi;
@@ -754,7 +773,7 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 				if (x != d)
 					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][j], 0));
 			if (j == 0) { /* every partial has landed with chunk 0 (the same copy streams, before it) */
-				lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, p2_n, (double)job->hp.lr, (double)job->hp.lambda_q, k,
+				lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, (double)job->hp.lr, (double)job->hp.lambda_q,
 				                                  (struct blend_tab *)c->mg_tab);
 				MFS_CUDA_LAUNCHED();
 				if (job->combine == MFS_SHARD_BLEND) {

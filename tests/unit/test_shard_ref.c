@@ -364,13 +364,16 @@ static void test_allreduce_combine(void)
 		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P + k, qb, &w->bu[1], &bb, 1.5f), 1);
 		/* BLEND, one rating on each of 2 shards: a = 1 - g, so
 		 * q = q0 + (1 - (1 - g)^2) / 2 (d_a + d_b) / g = q0 + (1 - g / 2)(d_a + d_b);
-		 * g = lr (1 + lambda_bi) for the bias, lr (|p|^2 / k + lambda_q) for the factors, |p|^2
-		 * the mean over the two users' rows after their steps. Compared within 1e-6: the
-		 * reference computes it in another (equivalent) order. */
-		double p2 = 0;
-		for (int f = 0; f < 2 * k; f++)
-			p2 += (double)w->P[f] * (double)w->P[f];
-		const double gq = (double)hp.lr * (p2 / 2 / k + (double)hp.lambda_q);
+		 * g = lr (1 + lambda_bi) for the bias, lr (rho + lambda_q) for the factors, rho =
+		 * E[(p.p')^2] / E[|p|^2] over the two users' rows after their steps, each shard's one
+		 * user paired with itself: (|p_a|^4 + |p_b|^4) / (|p_a|^2 + |p_b|^2). Compared within
+		 * 1e-6: the reference computes it in another (equivalent) order. */
+		double na = 0, nb = 0;
+		for (int f = 0; f < k; f++) {
+			na += (double)w->P[f] * (double)w->P[f];
+			nb += (double)w->P[k + f] * (double)w->P[k + f];
+		}
+		const double gq = (double)hp.lr * ((na * na + nb * nb) / (na + nb) + (double)hp.lambda_q);
 		const double gb = (double)hp.lr * (1.0 + (double)hp.lambda_bi);
 		int same = 1;
 		double worst = 0;
