@@ -120,7 +120,8 @@ static inline double mfs_shard_blend_weight(double n, double l) { return n / -ex
  * of the way while BLEND added their moves like SUM, and at 4 shards rows overshot by up to 3x:
  * 4 H200s, Zipf 1.2, k 128, 32 pieces, the whole model non-finite in 2 of 3 runs
  * (docs/SCALE_OUT.md). p2 = sum |p|^2, pp = sum (p.p')^2 over the same number of users: each
- * shard's sample paired with itself shifted by one, cyclically (mfs_norm2_pairs_ref): one user
+ * shard's sample paired with itself shifted by half its length, cyclically, so that a user's run
+ * of ratings (a stream's batch) does not pair a user with itself (mfs_norm2_pairs_ref): one user
  * alone gives rho = |p|^2, where every move is along its p. */
 static inline double mfs_shard_blend_gq(double lr, double lambda_q, double p2, double pp)
 {

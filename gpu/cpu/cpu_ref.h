@@ -126,7 +126,7 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
                        double *tq);
 
 /** Over rows[0, n), in order, in double: p2 = the sum of |P row|^2, pp = the sum of
- *  (P row j . P row (j + 1) mod n)^2 (BLEND's rho = pp / p2, gpu/shard.h mfs_shard_blend_gq: the
+ *  (P row j . P row (j + n / 2) mod n)^2 (BLEND's rho = pp / p2, gpu/shard.h mfs_shard_blend_gq: the
  *  shards' sums, each added in shard order). */
 void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, double *p2, double *pp);
 

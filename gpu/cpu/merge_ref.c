@@ -79,7 +79,7 @@ void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, 
 	const size_t ks = (size_t)k;
 	double sum = 0, pair = 0;
 	for (size_t j = 0; j < n; j++) {
-		const float *p = P + (size_t)rows[j] * ks, *o = P + (size_t)rows[j + 1 < n ? j + 1 : 0] * ks;
+		const float *p = P + (size_t)rows[j] * ks, *o = P + (size_t)rows[(j + n / 2) % n] * ks;
 		double dot = 0;
 		for (size_t f = 0; f < ks; f++) {
 			sum += (double)p[f] * (double)p[f];

@@ -14,7 +14,7 @@
  * computes the same bits from the same inputs.
  *
  * Steps (one host wait per device at the end):
- *   1. norm2_kernel (engine stream): the sums of |p|^2 and of (p.p')^2 (each row with the next,
+ *   1. norm2_kernel (engine stream): the sums of |p|^2 and of (p.p')^2 (each row with the one n / 2 on,
  *      cyclically) over the job's user rows of this shard, in NORM_BLOCKS fixed partial sums each
  *      (deterministic), into this device's slot of its partials;
  *   2. pack_kernel (engine stream): the rows' values of this replica into this device's slot of
@@ -76,7 +76,7 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
 /* part[b] = sum over the rows j of block b (rows b*8 + w, then + 8*NORM_BLOCKS) of |P row j|^2, and
- * part[NORM_BLOCKS + b] of (P row j . P row (j + 1) mod n)^2 (BLEND's rho, gpu/shard.h
+ * part[NORM_BLOCKS + b] of (P row j . P row (j + n / 2) mod n)^2 (BLEND's rho, gpu/shard.h
  * mfs_shard_blend_gq), lane l over f = l, l + 32, ...; fixed order: each lane's sum of squares,
  * the lanes folded by halves, the warps in order; a pair's dot, each lane's products, folded by
  * halves (every lane then holds it), squared and summed in the order of the rows, lane 0's sum,
@@ -94,7 +94,7 @@ __global__ void norm2_kernel(const T *P, int k, const uint32_t *__restrict__ row
 		for (int y = 0; y < 4; y++) {
 			const size_t jj = j + (size_t)y * step;
 			const T *p = jj < n ? P + (size_t)rows[jj] * k : NULL;
-			const T *q = jj < n ? P + (size_t)rows[jj + 1 < n ? jj + 1 : 0] * k : NULL;
+			const T *q = jj < n ? P + (size_t)rows[(jj + n / 2) % n] * k : NULL;
 #pragma unroll
 			for (int e = 0; e < MAX_E; e++) {
 				v[y][e] = p && lane + 32 * e < k ? to_f<T>(p[lane + 32 * e]) : 0.f;
