@@ -435,20 +435,26 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 	mfs_merge_logs(&job->hp, sum, pairs, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
+	size_t bad = 0;
 	for (size_t j = 0; j < job->n; j++) {
 		const uint32_t i = job->rows[j];
 		for (uint32_t s = 0; s < S; s++) {
 			rep_q[s] = x->sh[s].m.Q + i * k;
 			rep_b[s] = x->sh[s].m.bi[i];
 		}
-		mfs_merge_row_ref(x->k, S, job->combine, job->cnt + j * S, m->bi[i], m->Q + i * k, rep_b, rep_q, lb, lq,
-		                  x->acc, x->tq);
+		bad += (size_t)mfs_merge_row_ref(x->k, S, job->combine, job->cnt + j * S, m->bi[i], m->Q + i * k, rep_b,
+		                                 rep_q, lb, lq, x->acc, x->tq);
 		m->bi[i] = x->acc[0];
 		memcpy(m->Q + i * k, x->acc + 1, k * sizeof(float));
 		for (uint32_t s = 0; s < S; s++) {
 			x->sh[s].m.bi[i] = x->acc[0];
 			memcpy(x->sh[s].m.Q + i * k, x->acc + 1, k * sizeof(float));
 		}
+	}
+	if (bad) { /* as the devices' merge (gpu/cuda/merge.cu): stored all the same, the engine fails */
+		mfs_error("engine", "msg=\"merge made item rows non-finite: the replicas diverged (a smaller learning "
+		          "rate, or more merges)\" rows=%zu of=%zu shards=%u", bad, job->n, S);
+		return MFS_ENAN;
 	}
 	return 0;
 }

@@ -120,10 +120,11 @@ void mfs_loss_combine_ref(const double *part, size_t n_chunks, uint64_t n, mfs_l
  *  (k floats) shard s's replica, cnt[s] the ratings shard s gave the row since. A row no shard
  *  changed keeps b0 / q0; one that one shard alone changed takes that replica's value exactly;
  *  otherwise SUM, MEAN or BLEND, shards in order (BLEND in double, with lb / lq from
- *  mfs_merge_logs). out: the bias then k factors; tq: k doubles of scratch. */
-void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float b0, const float *q0,
-                       const float *rep_b, const float *const *rep_q, double lb, double lq, float *out,
-                       double *tq);
+ *  mfs_merge_logs). out: the bias then k factors; tq: k doubles of scratch.
+ *  @return 1 where out holds a NaN or an infinity (the caller fails the merge: no NaN reaches
+ *  the factors unseen), else 0. */
+int mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float b0, const float *q0,
+                      const float *rep_b, const float *const *rep_q, double lb, double lq, float *out, double *tq);
 
 /** Over rows[0, n), in order, in double: p2 = the sum of |P row|^2, pp = the sum of
  *  (P row j . P row (j + n / 2) mod n)^2 (BLEND's rho = pp / p2, gpu/shard.h mfs_shard_blend_gq: the

@@ -9,9 +9,17 @@
 #include "gpu/cpu/cpu_ref.h"
 #include "gpu/shard.h"
 
-void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float b0, const float *q0,
-                       const float *rep_b, const float *const *rep_q, double lb, double lq, float *out,
-                       double *tq)
+/* 1 where out's bias or a factor is NaN or infinite */
+static int row_bad(const float *out, size_t ks)
+{
+	for (size_t f = 0; f <= ks; f++)
+		if (!isfinite(out[f]))
+			return 1;
+	return 0;
+}
+
+int mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float b0, const float *q0,
+                      const float *rep_b, const float *const *rep_q, double lb, double lq, float *out, double *tq)
 {
 	const size_t ks = (size_t)k;
 	uint32_t c = 0;
@@ -20,7 +28,7 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
 	if (c == S) { /* no shard changed it: the value at the last merge */
 		out[0] = b0;
 		memcpy(out + 1, q0, ks * sizeof *out);
-		return;
+		return row_bad(out, ks);
 	}
 	/* SUM: q_c + sum over the others (q_s - q0), in float; MEAN: the changed replicas' sum over
 	 * their number. Either way a row one shard alone changed takes that shard's value exactly. */
@@ -44,14 +52,14 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
 		}
 	}
 	if (count == 1)
-		return;
+		return row_bad(out, ks);
 	if (mean) {
 		for (size_t f = 0; f <= ks; f++)
 			out[f] /= (float)count;
-		return;
+		return row_bad(out, ks);
 	}
 	if (combine != MFS_SHARD_BLEND)
-		return;
+		return row_bad(out, ks);
 	/* BLEND: q = q0 + (1 - prod a_s) / N sum_s n_s (q_s - q0) / (1 - a_s), a_s = exp(n_s l), in
 	 * double, shards in order */
 	double prod_b = 1, prod_q = 1, N = 0, tb = 0;
@@ -72,6 +80,7 @@ void mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, floa
 	out[0] = (float)((double)b0 + (1 - prod_b) / N * tb);
 	for (size_t f = 0; f < ks; f++)
 		out[1 + f] = (float)((double)q0[f] + (1 - prod_q) / N * tq[f]);
+	return row_bad(out, ks);
 }
 
 void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, double *p2, double *pp)

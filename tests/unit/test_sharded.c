@@ -10,7 +10,8 @@
  * (streaming batches applied off the caller's thread: the same bits as inline, tickets and events
  * counted when sgd returns, a shard's failure reaching the caller, fault point engine.shard);
  * a capture waited for on a second thread while the first captures again (the snapshot writer
- * beside exchange.topic's publish) gives both their values. No timing: the tests hold on a slow, loaded machine.
+ * beside exchange.topic's publish) gives both their values; a merge of a non-finite item row
+ * fails (MFS_ENAN). No timing: the tests hold on a slow, loaded machine.
  */
 #include <math.h>
 #include <pthread.h>
@@ -530,6 +531,38 @@ static void test_capture_two_threads(void)
 	planted_free(&pl);
 }
 
+/* No NaN reaches the factors unseen: an item row that is not finite on the replicas (here put in
+ * the caller's model before open; on devices, SGD that diverged) fails the merge that takes it,
+ * MFS_ENAN through sync, and the engine closes. */
+static void test_merge_nonfinite(void)
+{
+	const int k = 8;
+	const uint32_t nu = 200, ni = 50;
+	struct planted pl;
+	planted(&pl, nu, ni, 5000, 10, 0, 9);
+	mfs_model_t *m = mk_model(k, nu, ni, pl.mean);
+	TEST_ASSERT(m);
+	for (size_t j = 0; j < pl.n; j++) /* item 7 is rated (by both shards' users) */
+		if (j % 100 == 0)
+			pl.i[j] = 7;
+	m->Q[7 * k + 3] = NAN;
+	mfs_engine_t *e = open_sharded(m, 2, 1000, 0, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	TEST_OK(mfs_engine_sgd(e, &(mfs_batch_t){pl.u, pl.i, pl.r, pl.n}));
+	TEST_EQ_INT(mfs_engine_sync(e), MFS_ENAN);
+	mfs_engine_close(e);
+	/* the same stream without the NaN merges */
+	mfs_model_t *ok = mk_model(k, nu, ni, pl.mean);
+	e = open_sharded(ok, 2, 1000, 0, 1, 1);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	TEST_OK(mfs_engine_sgd(e, &(mfs_batch_t){pl.u, pl.i, pl.r, pl.n}));
+	TEST_OK(mfs_engine_sync(e));
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	mfs_model_free(ok);
+	planted_free(&pl);
+}
+
 int main(void)
 {
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -541,5 +574,6 @@ int main(void)
 	TEST_RUN(test_growth_queued);
 	TEST_RUN(test_epochs_accuracy);
 	TEST_RUN(test_validation);
+	TEST_RUN(test_merge_nonfinite);
 	return TEST_REPORT();
 }
