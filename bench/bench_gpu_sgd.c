@@ -43,7 +43,8 @@
  * docs/SCALE_OUT.md; devices 0..S-1, round the ones that answer), -pP pieces an epoch
  * (engine.merge_pieces, default 16; one unless heavy skew), -hH the hot rows' threshold
  * (engine.merge_hot, default 8), -sF the least share of the set's ratings on hot rows for
- * which an epoch runs in pieces (default 0.8; -s0.001: always in pieces).
+ * which an epoch runs in pieces (default 0.8; -s0.001: always in pieces), -c merges by copies
+ * (MFS_MERGE_PATH=copies: gpu/cuda/merge.cu's path for devices without peer access).
  * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
  * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
  * default (user runs; runs.cu says how long).
@@ -230,8 +231,11 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		ec.cuda_user_runs = -1;
 	else if (!strncmp(variant, "runs", 4) && atoi(variant + 4) > 0) /* runsN: runs of at most N ratings */
 		ec.cuda_user_runs = atoi(variant + 4);
-	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-sF]: S shards */
+	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-sF][-c]: S shards */
 		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h"), *sh = strstr(variant, "-s");
+		/* the merge's path (gpu/cuda/merge.cu), read at every merge: -c copies */
+		if (setenv("MFS_MERGE_PATH", strstr(variant, "-c") ? "copies" : "", 1))
+			return 1;
 		ec.merge_pieces_share = sh ? atof(sh + 2) : 0;
 		ec.shards = (uint32_t)atoi(variant + 1);
 		ec.merge_batches = 8;
@@ -265,9 +269,11 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 	long ep_hit = 0, ep = 0;
 	while (ep < o->max_epochs && (ep < o->epochs || (!isnan(o->target) && !ep_hit))) {
 		double a = mfs_now_s();
-		if (ring ? epoch_ring(e, st, (uint64_t)ep + 1, ring_batch)
-		         : mfs_engine_sgd_epoch(e, st, (uint64_t)ep + 1))
+		int rc = ring ? epoch_ring(e, st, (uint64_t)ep + 1, ring_batch) : mfs_engine_sgd_epoch(e, st, (uint64_t)ep + 1);
+		if (rc) {
+			fprintf(stderr, "bench_gpu_sgd: %s epoch %ld: %s\n", variant, ep + 1, mfs_strerror(rc));
 			return 1;
+		}
 		double dt = mfs_now_s() - a;
 		t_train += dt;
 		if (ep < o->epochs)

@@ -172,6 +172,7 @@ struct cuda_impl {
 	cudaEvent_t mg_merged[MG_CHUNKS];        /* split merges: chunk j of this device's range merged */
 	cudaEvent_t mg_bto[MG_PEERS][MG_CHUNKS]; /* split merges: and pushed to shard d */
 	cudaEvent_t mg_t[4];          /* MFS_MERGE_TRACE: start, pushes begun, pushes done, merge done */
+	unsigned int *mg_badh;        /* pinned: the last merge's non-finite rows on this device */
 };
 
 static inline struct cuda_impl *impl_of(mfs_engine_t *e) { return (struct cuda_impl *)e->impl; }

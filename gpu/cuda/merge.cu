@@ -13,37 +13,51 @@
  * (within an ulp of glibc's), so parity with the reference is to a tolerance, and every device
  * computes the same bits from the same inputs.
  *
- * Steps (one host wait per device at the end):
+ * Two paths, the same arithmetic (bit for bit the same rows): direct where every pair of the
+ * shards' devices has peer access, else copies (MFS_MERGE_PATH=copies forces it, for tests and
+ * benchmarks).
+ *
+ * Direct (NVLink; shards on one device too): device d merges entries [n d / S, n (d + 1) / S)
+ * of the job, reading every shard's replica where it lies (loads from peer memory) and storing
+ * the merged row into every replica (stores to peer memory); once every device has, each copies
+ * the job's rows of its replica into its base. Steps: norm2_kernel (the partials, into this device's slot); barrier (every
+ * device's work before the merge done); lq_kernel (rho from every device's slot, read where it
+ * lies), tab_kernel, merge_kernel over the device's range; barrier; the base (a device copy, or
+ * rebase_kernel for a list of rows). Bytes a device moves over NVLink: (S - 1) / S of the rows
+ * in and out, as a reduce-scatter and an all-gather, with no staging, packing or unpacking, and
+ * no scratch for the rows. Pushing the rows to their merging device first (SM stores into a
+ * staging slot, then a local merge) was measured too: its merge kernel took half the time, the
+ * pushes the rest, 1.78 against 1.63 ms (four H200s, 1M rows, k = 128 fp16).
+ *
+ * Copies, one host wait per device at the end:
  *   1. norm2_kernel (engine stream): the sums of |p|^2 and of (p.p')^2 (each row with the one n / 2 on,
  *      cyclically) over the job's user rows of this shard, in NORM_BLOCKS fixed partial sums each
  *      (deterministic), into this device's slot of its partials;
  *   2. pack_kernel (engine stream): the rows' values of this replica into this device's slot of
  *      the packed rows (n x k elements, n biases);
- *   3. on a copy stream per peer (mg_ps[d]): device to device copies (cudaMemcpyPeerAsync,
- *      NVLink where the GPUs have it) of this device's partials, then of its packed rows in up
- *      to MG_CHUNKS chunks, into the same slot on every other device, to every peer at once,
- *      an event per chunk and peer;
+ *   3. on a copy stream per peer (mg_ps[d]): device to device copies (cudaMemcpyPeerAsync) of this
+ *      device's partials, then of its packed rows in up to MG_CHUNKS chunks, into the same slot
+ *      on every other device, to every peer at once, an event per chunk and peer;
  *   4. merge_kernel (engine stream), chunk by chunk once every device has pushed that chunk:
  *      rho from all partials in shard order (before the first chunk), then per row the
- *      merge, written to Q, bi, Q0 and b0. Chunk j merges while chunk j + 1 crosses NVLink.
+ *      merge, written to Q, bi, Q0 and b0. Chunk j merges while chunk j + 1 is copied.
  * A job that is the whole table (rows 0 .. n - 1: the end of an epoch where every item was
  * rated) packs nothing: the peers copy the replica itself and the merge reads the device's own,
  * so a chunk's merge, which overwrites that replica, also waits for this device's own push.
- * Bytes per merged row and device: (S - 1) x (k x element + 4) received, then S + 1 rows read
- * and 2 written (packing: 1 more read and written). Launch shapes: a warp per row (lane l holds
- * elements l k / 32 ..), 8 warps a block, up to 4096 blocks a chunk (grid-stride).
  * Split (S >= 3): device d merges only rows [n d / S, n (d + 1) / S): step 3 pushes each device
  * only the others' ranges, step 4 merges the device's own range (also into its own slot), then
  * each device pushes its merged range into that slot on every other device, where
- * unpack_kernel writes it to Q, bi, Q0 and b0: (S - 1) / S of a replica in and out per device,
- * not S - 1 replicas in, and 1 / S of the merge work. Each range goes in chunks too: chunk j of
- * every range is pushed, merged, pushed back and unpacked while chunk j + 1 is on its way.
- * Measured (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16: two H200s, the push of 256 MB
- * takes 0.73 ms and the whole merge 0.86-0.94 ms on the device (0.92 ms on the host's clock;
- * before the chunks and a kernel specialised on k / 32, 0.69 ms of push then 1.41 ms of merge);
- * four H200s split, 2.36-2.48 ms (the first pushes 0.54-0.93 ms), where the whole replicas
- * to every device took ~3 ms an epoch; split in chunks on a stream a peer, 1.9-2.2 ms (each
- * device moves 3/4 of a replica out and in twice, at ~225 GB/s).
+ * unpack_kernel writes it to Q, bi, Q0 and b0. Each range goes in chunks too.
+ * Launch shapes: a warp per row (lane l holds elements l k / 32 ..), 8 warps a block, up to 4096
+ * blocks a launch (grid-stride).
+ * Measured (NV18; MFS_MERGE_TRACE=1), 1M rows at k = 128 fp16, by copies: two H200s, the push of
+ * 256 MB takes 0.73 ms and the whole merge 0.86-0.94 ms; four H200s split in chunks on a stream
+ * a peer, 1.9-2.2 ms (each device moves 3/4 of a replica out and in twice, at ~225 GB/s, against
+ * 395 GB/s one way for one pair: bench_peer); direct, 1.63 ms (1.41 of it the merge kernel:
+ * ~136 GB/s each way a device).
+ *
+ * Every merged row is checked: a non-finite one is counted (blend_tab's bad) and the merge
+ * returns MFS_ENAN (the replicas diverged), as the host merge does (gpu/sharded.c).
  *
  * DESIGN: every engine's persistent kernel is stopped first (every batch applied; the next batch
  * relaunches it): beside running persistent kernels on both devices, merges waited 2 s and more
@@ -66,6 +80,7 @@
 #define NORM_PARTS (2 * NORM_BLOCKS) /* a shard's partials: NORM_BLOCKS of |p|^2, then of (p.p')^2 */
 #define MERGE_MAX_S MFS_SHARD_DEVICE_MAX /* the per-shard factors of a row live in registers */
 #define MAX_E 8       /* elements per lane: k / 32, k <= 256 */
+#define MERGE_PF 4    /* shards' rows a merge requests at once (merge_kernel) */
 static_assert(MG_PEERS >= MERGE_MAX_S, "a copy stream and events per peer");
 
 template <typename T> __device__ __forceinline__ float to_f(T v);
@@ -156,18 +171,27 @@ __global__ void pack_kernel(const uint32_t *F, const float *b, const uint32_t *_
 struct blend_tab {
 	double lq;
 	double ab[TAB_N], aq[TAB_N], wb[TAB_N], wq[TAB_N];
+	unsigned int bad; /* rows this device's merge made non-finite (zeroed by lq_kernel) */
+};
+
+/* Every shard's partials (NORM_PARTS doubles each): this device's copies of them (copies), or
+ * the shards' own slots on their devices, read over NVLink (direct). */
+struct parts {
+	const double *p[MERGE_MAX_S];
 };
 
 /* lq from the shards' partials (each shard's in order, the shards in order), on one thread: the
- * same bits on every device; g as mfs_shard_blend_gq (gpu/shard.h), the same operations. */
-__global__ void lq_kernel(const double *part, uint32_t S, double lr, double lambda_q, struct blend_tab *tab)
+ * same bits on every device; g as mfs_shard_blend_gq (gpu/shard.h), the same operations. Also
+ * zeroes the merge's count of non-finite rows (it runs before any of the merge's kernels). */
+__global__ void lq_kernel(struct parts part, uint32_t S, double lr, double lambda_q, struct blend_tab *tab)
 {
 	double sum = 0, pairs = 0;
+	tab->bad = 0;
 	for (uint32_t s = 0; s < S; s++) {
 		double ps = 0, pp = 0;
 		for (int x = 0; x < NORM_BLOCKS; x++) {
-			ps = __dadd_rn(ps, part[s * NORM_PARTS + x]);
-			pp = __dadd_rn(pp, part[s * NORM_PARTS + NORM_BLOCKS + x]);
+			ps = __dadd_rn(ps, part.p[s][x]);
+			pp = __dadd_rn(pp, part.p[s][NORM_BLOCKS + x]);
 		}
 		sum = s ? __dadd_rn(sum, ps) : ps;
 		pairs = s ? __dadd_rn(pairs, pp) : pp;
@@ -201,11 +225,19 @@ struct merge_args {
 	size_t lo, hi;              /* this launch's part of the job: entries [lo, hi) */
 	uint32_t S;
 	int combine;
-	const void *F[MERGE_MAX_S]; /* shard s's values of the rows, packed (n x k elements) */
-	const float *b[MERGE_MAX_S]; /* and their biases */
+	/* shard s's values of the rows and their biases: packed (entry x at row x: n x k elements),
+	 * or (by_row) shard s's replica itself, entry x at its row, where it lies */
+	const void *F[MERGE_MAX_S];
+	const float *b[MERGE_MAX_S];
+	int by_row;
+	/* direct merges: the merged row into every shard's replica (Qo[s] non-NULL), at its row,
+	 * where it lies; else into this device's Q, bi, Q0 and b0 */
+	void *Qo[MERGE_MAX_S];
+	float *bo[MERGE_MAX_S];
 	const struct blend_tab *tab;
+	unsigned int *bad; /* += 1 for each merged row with a non-finite value */
 	double lb;
-	void *Fout;  /* split merges (S >= 3): the merged rows also here, packed as F (else NULL) */
+	void *Fout;  /* split merges by copies (S >= 3): the merged rows also here, packed as F */
 	float *bout; /* and their biases */
 };
 
@@ -249,6 +281,30 @@ template <typename T, int E> __device__ __forceinline__ void st_lane(T *p, const
 		((word *)p)[w] = ((const word *)t)[w];
 }
 
+/* A lane's run of a row as loaded (words), converted later: a prefetched row costs its bytes in
+ * registers, not E floats. */
+template <typename T, int E> struct lane_raw {
+	typename lane_io<T, E>::word w[lane_io<T, E>::bytes / lane_io<T, E>::W];
+};
+template <typename T, int E> __device__ __forceinline__ void ld_raw(const T *p, lane_raw<T, E> &r)
+{
+	typedef typename lane_io<T, E>::word word;
+#pragma unroll
+	for (int w = 0; w < lane_io<T, E>::bytes / lane_io<T, E>::W; w++)
+		r.w[w] = __ldcg((const word *)p + w);
+}
+template <typename T, int E> __device__ __forceinline__ void cvt_raw(const lane_raw<T, E> &r, float *v)
+{
+	typedef typename lane_io<T, E>::word word;
+	__align__(16) T t[E];
+#pragma unroll
+	for (int w = 0; w < lane_io<T, E>::bytes / lane_io<T, E>::W; w++)
+		((word *)t)[w] = r.w[w];
+#pragma unroll
+	for (int e = 0; e < E; e++)
+		v[e] = to_f<T>(t[e]);
+}
+
 /* A warp per row; lane l holds elements l E .. l E + E - 1 (E = k / 32, a template argument so
  * that a row's registers are exactly its elements: at k = 128, 16 warps an SM with E as a
  * bound at run time, 48 with it known), lane 0 the bias too. The per-shard counts and BLEND
@@ -281,61 +337,94 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, E <= 4 ? 4 : 2)
 				blend_factors((double)mine, lq, &eq, &mq);
 			}
 		}
-		const size_t off = i * (size_t)k + (size_t)lane * E;
-		float q0[E], v[E], o[E];
+		const size_t off = i * (size_t)k + (size_t)lane * E, src = a.by_row ? i : x;
+		const size_t so = src * (size_t)k + (size_t)lane * E;
+		/* the first MERGE_PF shards' rows requested at once, before any is used: direct merges
+		 * read them over NVLink, where one load after another left the links idle (a row's
+		 * round trip is microseconds) */
+		lane_raw<T, E> pr[MERGE_PF];
+		float pb[MERGE_PF];
+#pragma unroll
+		for (int s = 0; s < MERGE_PF; s++)
+			if (live >> s & 1u) {
+				ld_raw<T, E>((const T *)a.F[s] + so, pr[s]);
+				pb[s] = lane == 0 ? a.b[s][src] : 0.f;
+			}
+		float q0[E], o[E];
 		const float b_0 = lane == 0 ? b0[i] : 0.f;
-		float ob = lane == 0 ? a.b[c][x] : 0.f;
+		float ob = 0.f;
 		ld_lane<T, E>(Q0 + off, q0);
-		ld_lane<T, E>((const T *)a.F[c] + x * (size_t)k + (size_t)lane * E, o);
-		if (count > 1 && !blend) { /* SUM or MEAN, in float, shards in order */
-			for (uint32_t s = c + 1; s < S; s++) {
-				if (!(live >> s & 1u))
+		double t[E], tb = 0, prod_b = 1, prod_q = 1, N = 0;
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			t[e] = 0;
+		/* the live shards in order (live is warp-uniform: every lane takes the same branches).
+		 * SUM or MEAN, in float: shard c's row plus the others'; BLEND:
+		 * q = q0 + (1 - prod a_s) / N sum_s w_s (q_s - q0), in double */
+#pragma unroll
+		for (int s = 0; s < MERGE_MAX_S; s++) {
+			if (!(live >> s & 1u))
+				continue;
+			float v[E], vb;
+			if (s < MERGE_PF) {
+				cvt_raw<T, E>(pr[s], v);
+				vb = pb[s];
+			} else {
+				ld_lane<T, E>((const T *)a.F[s] + so, v);
+				vb = lane == 0 ? a.b[s][src] : 0.f;
+			}
+			if (!blend) {
+				if ((uint32_t)s == c) {
+#pragma unroll
+					for (int e = 0; e < E; e++)
+						o[e] = v[e];
+					ob = vb;
 					continue;
-				ld_lane<T, E>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, v);
-				const float vb = lane == 0 ? a.b[s][x] : 0.f;
+				}
 #pragma unroll
 				for (int e = 0; e < E; e++)
 					o[e] = a.combine == MFS_SHARD_MEAN ? __fadd_rn(o[e], v[e]) : __fadd_rn(o[e], __fsub_rn(v[e], q0[e]));
 				ob = a.combine == MFS_SHARD_MEAN ? __fadd_rn(ob, vb) : __fadd_rn(ob, __fsub_rn(vb, b_0));
+				continue;
 			}
-			if (a.combine == MFS_SHARD_MEAN) {
-#pragma unroll
-				for (int e = 0; e < E; e++)
-					o[e] = __fdiv_rn(o[e], (float)count);
-				ob = __fdiv_rn(ob, (float)count);
-			}
-		} else if (blend) { /* q = q0 + (1 - prod a_s) / N sum_s w_s (q_s - q0), in double */
-			double t[E], tb = 0, prod_b = 1, prod_q = 1, N = 0;
+			const double e_b = __shfl_sync(0xffffffffu, eb, s), e_q = __shfl_sync(0xffffffffu, eq, s);
+			const double w_b = __shfl_sync(0xffffffffu, mb, s), w_q = __shfl_sync(0xffffffffu, mq, s);
+			const uint32_t ns = __shfl_sync(0xffffffffu, mine, s);
+			prod_b = __dmul_rn(prod_b, e_b);
+			prod_q = __dmul_rn(prod_q, e_q);
+			N = __dadd_rn(N, (double)ns);
 #pragma unroll
 			for (int e = 0; e < E; e++)
-				t[e] = 0;
-			for (uint32_t s = c; s < S; s++) {
-				const double e_b = __shfl_sync(0xffffffffu, eb, (int)s), e_q = __shfl_sync(0xffffffffu, eq, (int)s);
-				const double w_b = __shfl_sync(0xffffffffu, mb, (int)s), w_q = __shfl_sync(0xffffffffu, mq, (int)s);
-				const uint32_t ns = __shfl_sync(0xffffffffu, mine, (int)s);
-				if (!ns)
-					continue;
-				prod_b = __dmul_rn(prod_b, e_b);
-				prod_q = __dmul_rn(prod_q, e_q);
-				N = __dadd_rn(N, (double)ns);
-				if (s == c) {
+				t[e] = __dadd_rn(t[e], __dmul_rn(w_q, __dsub_rn((double)v[e], (double)q0[e])));
+			tb = __dadd_rn(tb, __dmul_rn(w_b, __dsub_rn((double)vb, (double)b_0)));
+		}
+		if (!blend && count > 1 && a.combine == MFS_SHARD_MEAN) {
 #pragma unroll
-					for (int e = 0; e < E; e++)
-						v[e] = o[e];
-				} else {
-					ld_lane<T, E>((const T *)a.F[s] + x * (size_t)k + (size_t)lane * E, v);
-				}
-				const float vb = lane == 0 ? a.b[s][x] : 0.f;
-#pragma unroll
-				for (int e = 0; e < E; e++)
-					t[e] = __dadd_rn(t[e], __dmul_rn(w_q, __dsub_rn((double)v[e], (double)q0[e])));
-				tb = __dadd_rn(tb, __dmul_rn(w_b, __dsub_rn((double)vb, (double)b_0)));
-			}
+			for (int e = 0; e < E; e++)
+				o[e] = __fdiv_rn(o[e], (float)count);
+			ob = __fdiv_rn(ob, (float)count);
+		} else if (blend) {
 			const double Cb = __ddiv_rn(__dsub_rn(1.0, prod_b), N), Cq = __ddiv_rn(__dsub_rn(1.0, prod_q), N);
 #pragma unroll
 			for (int e = 0; e < E; e++)
 				o[e] = (float)__dadd_rn((double)q0[e], __dmul_rn(Cq, t[e]));
 			ob = (float)__dadd_rn((double)b_0, __dmul_rn(Cb, tb));
+		}
+		/* no NaN reaches the factors unseen: a non-finite merged row is counted (the host fails
+		 * the merge, MFS_ENAN); stored all the same, the engine is not used again */
+		int fin = lane == 0 ? isfinite(ob) : 1;
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			fin &= isfinite(o[e]);
+		if (!__all_sync(0xffffffffu, fin) && lane == 0)
+			atomicAdd(a.bad, 1u);
+		if (a.Qo[0]) { /* every shard's replica (the base: after every device's merge) */
+			for (uint32_t s = 0; s < S; s++) {
+				st_lane<T, E>((T *)a.Qo[s] + off, o);
+				if (lane == 0)
+					a.bo[s][i] = ob;
+			}
+			continue;
 		}
 		st_lane<T, E>(Q + off, o);
 		st_lane<T, E>(Q0 + off, o);
@@ -370,6 +459,23 @@ __global__ void unpack_kernel(const uint32_t *in, const float *bin, const uint32
 	}
 }
 
+/* Direct merges: rows[x] (rows NULL: row x) for x < n of the replica into the base, once every
+ * device has written its range into this replica. */
+__global__ void rebase_kernel(const uint32_t *__restrict__ rows, size_t n, int words, const uint32_t *Q,
+                              const float *bi, uint32_t *Q0, float *b0)
+{
+	const size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	const size_t warps = (gridDim.x * (size_t)blockDim.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	for (size_t x = warp; x < n; x += warps) {
+		const size_t r = rows[x];
+		for (int w = lane; w < words; w += 32)
+			Q0[r * (size_t)words + w] = __ldcg(Q + r * (size_t)words + w);
+		if (lane == 0)
+			b0[r] = __ldcg(bi + r);
+	}
+}
+
 /* merge_kernel<T, k / 32> (k a multiple of 32 in 32 .. 256: cuda_can_implement) */
 template <typename T> static const void *merge_kernel_fn(int k)
 {
@@ -398,6 +504,8 @@ const void *merge_fn(int fp16, int k, int which)
 		return (const void *)tab_kernel;
 	case 5:
 		return (const void *)unpack_kernel;
+	case 6:
+		return (const void *)rebase_kernel;
 	default:
 		return fp16 ? merge_kernel_fn<__half>(k) : merge_kernel_fn<float>(k);
 	}
@@ -511,6 +619,8 @@ void cuda_merge_free(struct cuda_impl *c)
 	if (c->mg_cs)
 		cudaStreamDestroy(c->mg_cs);
 	c->mg_cs = NULL;
+	cudaFreeHost(c->mg_badh);
+	c->mg_badh = NULL;
 	c->Q0 = c->mg_F = NULL;
 	c->b0 = NULL;
 	c->mg_rows = c->mg_cnt = c->mg_p2 = NULL;
@@ -519,8 +629,9 @@ void cuda_merge_free(struct cuda_impl *c)
 	c->mg_ev = NULL;
 }
 
-/* Scratch for n rows (S slots) and p2n user rows; grows with the persistent kernel stopped. */
-static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_t p2n)
+/* Scratch for n rows and p2n user rows, and (staged: merges by copies) S slots of n packed rows;
+ * grows with the persistent kernel stopped. */
+static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_t p2n, int staged)
 {
 	int rc;
 	if (!c->mg_ev)
@@ -549,7 +660,9 @@ static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_part, (size_t)MFS_SHARD_MAX * NORM_PARTS * sizeof(double)));
 	if (!c->mg_tab)
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_tab, sizeof(struct blend_tab)));
-	if (n > c->mg_cap || S != c->mg_S) {
+	if (!c->mg_badh)
+		MFS_CUDA_TRY(cudaHostAlloc((void **)&c->mg_badh, sizeof *c->mg_badh, cudaHostAllocDefault));
+	if (n > c->mg_cap || S != c->mg_S || (staged && !c->mg_F)) {
 		if ((rc = pk_stop(c)))
 			return rc;
 		size_t nc = c->mg_cap ? c->mg_cap : 4096;
@@ -562,8 +675,10 @@ static int merge_reserve(struct cuda_impl *c, uint32_t S, int k, size_t n, size_
 		c->mg_rows = c->mg_cnt = NULL, c->mg_F = NULL, c->mg_b = NULL, c->mg_cap = 0;
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_rows, nc * sizeof(uint32_t)));
 		MFS_CUDA_TRY(cudaMalloc(&c->mg_cnt, nc * S * sizeof(uint32_t)));
-		MFS_CUDA_TRY(cudaMalloc(&c->mg_F, nc * S * (size_t)k * c->es));
-		MFS_CUDA_TRY(cudaMalloc(&c->mg_b, nc * S * sizeof(float)));
+		if (staged) { /* direct merges read and write the replicas themselves */
+			MFS_CUDA_TRY(cudaMalloc(&c->mg_F, nc * S * (size_t)k * c->es));
+			MFS_CUDA_TRY(cudaMalloc(&c->mg_b, nc * S * sizeof(float)));
+		}
 		c->mg_cap = nc;
 		c->mg_S = S;
 	}
@@ -642,6 +757,168 @@ static void launch_merge(int k, unsigned blocks, cudaStream_t st, const struct m
 	}
 }
 
+/* Can every shard's device load and store every other's memory (peer access, enabled at open
+ * by cuda_base_open)? Shards on one device always can. */
+static int peers_direct(struct cuda_impl *const *cs, uint32_t S)
+{
+	for (uint32_t s = 0; s < S; s++)
+		for (uint32_t t = 0; t < S; t++) {
+			int can = 0;
+			if (cs[s]->dev == cs[t]->dev)
+				continue;
+			if (cudaDeviceCanAccessPeer(&can, cs[s]->dev, cs[t]->dev) != cudaSuccess || !can) {
+				(void)cudaGetLastError();
+				return 0;
+			}
+		}
+	return 1;
+}
+
+/* The job's rows (rows NULL: 0 .. n - 1) and counts on device s. */
+static const uint32_t *job_rows(struct cuda_impl *c, const mfs_merge_job_t *job, uint32_t s, int dense)
+{
+	return dense ? NULL : job->keep ? ((const struct kept *)job->kept[s])->rows : c->mg_rows;
+}
+static const uint32_t *job_cnt(struct cuda_impl *c, const mfs_merge_job_t *job, uint32_t s)
+{
+	return job->keep ? ((const struct kept *)job->kept[s])->cnt : c->mg_cnt;
+}
+
+/* After a merge's kernels on every device (its stream): this device's count of non-finite rows to
+ * the host, the merge's end recorded. Then, on the host, every device waited for; MFS_ENAN where
+ * a merged row is not finite (BLEND of diverged replicas, or a replica that diverged alone). */
+static int merge_finish(struct cuda_impl *const *cs, uint32_t S, size_t n, int trace, double h0, const char *how)
+{
+	int rc;
+	for (uint32_t d = 0; d < S; d++) {
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_badh, &((struct blend_tab *)c->mg_tab)->bad, sizeof *c->mg_badh,
+		                             cudaMemcpyDeviceToHost, c->stream));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[3], c->stream));
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_ev, c->stream));
+	}
+	uint64_t bad = 0;
+	for (uint32_t d = 0; d < S; d++) {
+		if ((rc = beside_wait(cs[d], cs[d]->mg_ev)))
+			return rc;
+		bad += n ? *cs[d]->mg_badh : 0;
+	}
+	if (trace && n) /* MFS_MERGE_TRACE: where a merge's time goes, per device */
+		for (uint32_t d = 0; d < S; d++) {
+			struct cuda_impl *c = cs[d];
+			float all = 0, mid = 0;
+			MFS_CUDA_TRY(cudaEventElapsedTime(&all, c->mg_t[0], c->mg_t[3]));
+			MFS_CUDA_TRY(cudaEventElapsedTime(&mid, c->mg_t[1], c->mg_t[2]));
+			mfs_info("cuda", "msg=\"merge trace\" dev=%d rows=%zu how=%s device_ms=%.3f %s=%.3f host_ms=%.3f", c->dev,
+			         n, how, all, strcmp(how, "direct") ? "push_ms" : "merge_ms", mid, (mfs_now_s() - h0) * 1e3);
+		}
+	if (bad) {
+		mfs_error("cuda", "msg=\"merge made item rows non-finite: the replicas diverged (a smaller "
+		          "learning rate, or more merges)\" rows=%llu of=%zu shards=%u", (unsigned long long)bad, n, S);
+		return MFS_ENAN;
+	}
+	return 0;
+}
+
+/* Direct merge (every pair of devices has peer access): device d merges entries
+ * [n d / S, n (d + 1) / S) of the job reading every shard's replica where it lies (its own, and
+ * the others' over NVLink: loads from peer memory), and writes the merged row into every replica
+ * (stores to peer memory); then, once every device has, each copies the job's rows of its replica
+ * into its base. No device touches another's range, so the only waits are two barriers: every
+ * device's work before the merge done (its replica settled, its partials in its slot), and every
+ * device's merge done (before the base is copied and the engines run again). Bytes a device
+ * moves over NVLink: (S - 1) / S of the rows in and the same out, as a reduce-scatter and an
+ * all-gather, with no staging copy, no packing and no unpacking: the copy engines' ~225 GB/s a
+ * device with four H200s at once (the copies path below) is what this avoids. */
+static int merge_direct(struct cuda_impl *const *cs, uint32_t S, int k, mfs_merge_job_t *job, int dense, int trace,
+                        double h0)
+{
+	const size_t n = job->n;
+	struct parts pt;
+	memset(&pt, 0, sizeof pt);
+	for (uint32_t s = 0; s < S; s++) {
+		struct cuda_impl *c = cs[s];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
+		const uint32_t *p2 = job->keep ? ((const struct kept *)job->kept[s])->p2 : c->mg_p2;
+		if (!job->keep) { /* pageable sources: staged before each call returns */
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_rows, job->rows, n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_cnt, job->cnt, n * S * sizeof(uint32_t), cudaMemcpyHostToDevice,
+			                             c->stream));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
+			                             cudaMemcpyHostToDevice, c->stream));
+		}
+		double *part = c->mg_part + (size_t)s * NORM_PARTS;
+		if (c->fp16)
+			norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
+			                                                                          job->p2_n[s], part);
+		else
+			norm2_kernel<float><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const float *)c->P, k, p2,
+			                                                                         job->p2_n[s], part);
+		MFS_CUDA_LAUNCHED();
+		pt.p[s] = part;
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
+	}
+	const double lb = mfs_shard_blend_log((double)job->hp.lr * (1.0 + (double)job->hp.lambda_bi));
+	for (uint32_t d = 0; d < S; d++) { /* barrier 1, then device d's range */
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		for (uint32_t s = 0; s < S; s++)
+			if (s != d)
+				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_ready, 0));
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
+		lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
+		                                  (struct blend_tab *)c->mg_tab);
+		MFS_CUDA_LAUNCHED();
+		if (job->combine == MFS_SHARD_BLEND) {
+			tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
+			MFS_CUDA_LAUNCHED();
+		}
+		struct merge_args a;
+		memset(&a, 0, sizeof a);
+		for (uint32_t s = 0; s < S; s++) {
+			a.F[s] = a.Qo[s] = cs[s]->Q;
+			a.b[s] = a.bo[s] = cs[s]->bi;
+		}
+		a.by_row = 1;
+		a.rows = job_rows(c, job, d, dense), a.cnt = job_cnt(c, job, d);
+		a.S = S, a.combine = job->combine;
+		a.tab = (const struct blend_tab *)c->mg_tab, a.bad = &((struct blend_tab *)c->mg_tab)->bad, a.lb = lb;
+		a.lo = n * d / S, a.hi = n * (d + 1) / S;
+		if (a.hi > a.lo) {
+			if (c->fp16)
+				launch_merge<__half>(k, warp_blocks(a.hi - a.lo), c->stream, a, NULL, NULL, (__half *)c->Q0, c->b0);
+			else
+				launch_merge<float>(k, warp_blocks(a.hi - a.lo), c->stream, a, NULL, NULL, (float *)c->Q0, c->b0);
+			MFS_CUDA_LAUNCHED();
+		}
+		if (trace)
+			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[2], c->stream));
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_merged[0], c->stream));
+	}
+	for (uint32_t d = 0; d < S; d++) { /* barrier 2, then the base */
+		struct cuda_impl *c = cs[d];
+		MFS_CUDA_TRY(cudaSetDevice(c->dev));
+		for (uint32_t s = 0; s < S; s++)
+			if (s != d)
+				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_merged[0], 0));
+		const size_t row_bytes = (size_t)k * c->es;
+		if (dense) {
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->Q0, c->Q, n * row_bytes, cudaMemcpyDeviceToDevice, c->stream));
+			MFS_CUDA_TRY(cudaMemcpyAsync(c->b0, c->bi, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+		} else if (n) {
+			rebase_kernel<<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
+				job_rows(c, job, d, 0), n, (int)(row_bytes / 4), (const uint32_t *)c->Q, c->bi, (uint32_t *)c->Q0, c->b0);
+			MFS_CUDA_LAUNCHED();
+		}
+	}
+	return merge_finish(cs, S, n, trace, h0, "direct");
+}
+
 extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)
 {
 	struct cuda_impl *cs[MFS_SHARD_MAX];
@@ -654,18 +931,27 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 	if (trace < 0)
 		trace = getenv("MFS_MERGE_TRACE") != NULL;
 	const double h0 = trace ? mfs_now_s() : 0;
+	for (uint32_t s = 0; s < S; s++)
+		cs[s] = impl_of(subs[s]);
+	/* direct where every pair of devices has peer access (measured side by side, docs/BENCHMARKS.md:
+	 * four H200s 1.12x the epochs/s of copies; two, the merges 0.6-0.7x the time);
+	 * MFS_MERGE_PATH=copies (tests, benchmarks) takes the copies path anyway */
+	const char *path = getenv("MFS_MERGE_PATH");
+	const int direct = !(path && !strcmp(path, "copies")) && peers_direct(cs, S);
 	/* 1. every engine stopped, its scratch and the job's arrays on its device */
 	for (uint32_t s = 0; s < S; s++) {
-		struct cuda_impl *c = cs[s] = impl_of(subs[s]);
+		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
 		if (!c->items_base)
 			return MFS_EINVAL;
-		if ((rc = pk_stop(c)) || (rc = merge_reserve(c, S, k, n, job->keep ? 0 : job->p2_n[s])))
+		if ((rc = pk_stop(c)) || (rc = merge_reserve(c, S, k, n, job->keep ? 0 : job->p2_n[s], !direct)))
 			return rc;
 		if (job->keep && !job->kept[s] && (rc = keep_upload(c, S, s, job, (struct kept **)&job->kept[s])))
 			return rc;
 	}
 	const int dense = job->keep ? ((const struct kept *)job->kept[0])->dense : dense_rows(job->rows, n, cs[0]->n_i);
+	if (direct)
+		return merge_direct(cs, S, k, job, dense, trace, h0);
 	/* split (S >= 3): device d merges only rows [n d / S, n (d + 1) / S), from the others' pushes
 	 * of that range, then sends its merged rows to every other device (a reduce-scatter, then an
 	 * all-gather): each device receives (S - 1) / S of a replica twice, not S - 1 replicas */
@@ -758,10 +1044,9 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			a.F[s] = s == d && dense ? c->Q : (char *)c->mg_F + (size_t)s * c->mg_cap * row_bytes;
 			a.b[s] = s == d && dense ? c->bi : c->mg_b + (size_t)s * c->mg_cap;
 		}
-		a.rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d])->rows : c->mg_rows;
-		a.cnt = job->keep ? ((const struct kept *)job->kept[d])->cnt : c->mg_cnt;
+		a.rows = job_rows(c, job, d, dense), a.cnt = job_cnt(c, job, d);
 		a.S = S, a.combine = job->combine;
-		a.tab = (const struct blend_tab *)c->mg_tab, a.lb = lb;
+		a.tab = (const struct blend_tab *)c->mg_tab, a.bad = &((struct blend_tab *)c->mg_tab)->bad, a.lb = lb;
 		for (uint32_t j = 0; j < C && n; j++) {
 			/* the others' pushes of chunk j to this device; for the whole table, also this
 			 * device's own pushes of chunk j, which read the replica the merge overwrites (split
@@ -773,7 +1058,11 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 				if (x != d)
 					MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][j], 0));
 			if (j == 0) { /* every partial has landed with chunk 0 (the same copy streams, before it) */
-				lq_kernel<<<1, 1, 0, c->stream>>>(c->mg_part, S, (double)job->hp.lr, (double)job->hp.lambda_q,
+				struct parts pt;
+				memset(&pt, 0, sizeof pt);
+				for (uint32_t s = 0; s < S; s++)
+					pt.p[s] = c->mg_part + (size_t)s * NORM_PARTS;
+				lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
 				                                  (struct blend_tab *)c->mg_tab);
 				MFS_CUDA_LAUNCHED();
 				if (job->combine == MFS_SHARD_BLEND) {
@@ -825,7 +1114,7 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		struct cuda_impl *c = cs[d2];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
 		const int words = (int)((size_t)k * c->es / 4);
-		const uint32_t *rows = dense ? NULL : job->keep ? ((const struct kept *)job->kept[d2])->rows : c->mg_rows;
+		const uint32_t *rows = job_rows(c, job, d2, dense);
 		for (uint32_t j = 0; j < C; j++)
 			for (uint32_t d = 0; d < S; d++) {
 				size_t lo, hi;
@@ -848,22 +1137,8 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 		for (uint32_t x = 0; !n && x < S; x++) /* no merge waited for the pushes */
 			if (x != d)
 				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][C - 1], 0));
-		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[3], c->stream));
-		MFS_CUDA_TRY(cudaEventRecord(c->mg_ev, c->stream));
-		if ((rc = beside_wait(c, c->mg_ev)))
-			return rc;
 	}
-	if (trace && n) /* MFS_MERGE_TRACE: where a merge's time goes, per device */
-		for (uint32_t d = 0; d < S; d++) {
-			struct cuda_impl *c = cs[d];
-			float all = 0, push = 0;
-			MFS_CUDA_TRY(cudaEventElapsedTime(&all, c->mg_t[0], c->mg_t[3]));
-			MFS_CUDA_TRY(cudaEventElapsedTime(&push, c->mg_t[1], c->mg_t[2]));
-			mfs_info("cuda", "msg=\"merge trace\" dev=%d rows=%zu dense=%d chunks=%u device_ms=%.3f push_ms=%.3f "
-			         "host_ms=%.3f", c->dev, n, dense, C, all, push, (mfs_now_s() - h0) * 1e3);
-		}
-	return 0;
+	return merge_finish(cs, S, n, trace, h0, split ? "copies-split" : "copies");
 }
 
 extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)

@@ -367,7 +367,8 @@ static int pk_load_beside(const struct cuda_impl *c, int k)
 	const void *fn[] = {loss_fn(c->fp16, k), init_rows_fn(c->fp16), gather_rows_fn(c->fp16),
 	                    scatter_rows_fn(c->fp16), merge_fn(c->fp16, k, 0), merge_fn(c->fp16, k, 1),
 	                    merge_fn(c->fp16, k, 2), merge_fn(c->fp16, k, 3), merge_fn(c->fp16, k, 4),
-	                    merge_fn(c->fp16, k, 5)};
+	                    merge_fn(c->fp16, k, 5), merge_fn(c->fp16, k, 6),
+	                    merge_fn(c->fp16, k, 7)};
 	for (size_t j = 0; j < sizeof fn / sizeof fn[0]; j++) {
 		cudaFuncAttributes a;
 		MFS_CUDA_TRY(cudaFuncGetAttributes(&a, fn[j]));

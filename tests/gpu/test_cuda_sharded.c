@@ -9,11 +9,14 @@
  * bit for bit (the loss of every shard's users against its own replica equals the loss after a
  * sync); capture equals sync, through the merge; rows given to new ids reach replicas and base;
  * streaming batches through the persistent kernels with merges converge like one engine;
- * resident epochs (pieces, hot rows, device merges) reach one engine's test RMSE within 2 %.
+ * resident epochs (pieces, hot rows, device merges) reach one engine's test RMSE within 2 %;
+ * a merge of a non-finite row fails (MFS_ENAN). Parity and the NaN case run by both of the
+ * merge's paths: direct (peer loads and stores) and copies (MFS_MERGE_PATH=copies).
  * Exits 77 without a CUDA device.
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -239,6 +242,41 @@ static void test_accuracy(void)
 	accuracy_case(0, 0.8, 0.02);
 }
 
+/* A non-finite item row on the replicas (put in the caller's model before open: the devices' SGD
+ * then spreads it) fails the merge at the sync with MFS_ENAN, and the engine closes. */
+static void test_merge_nonfinite(void)
+{
+	const int k = 32;
+	struct planted pl;
+	planted(&pl, 300, 80, 20000, 10, 0, 7);
+	for (size_t j = 0; j < pl.n; j += 50)
+		pl.i[j] = 5;
+	mfs_model_t *m = mk_model(k, 300, 80, pl.mean);
+	m->Q[5 * k + 1] = NAN;
+	mfs_engine_t *e = open_cuda(m, 2, 1, 0, 1000, 0, 1, 0);
+	TEST_OK(mfs_engine_set_hparams(e, &HP));
+	TEST_OK(mfs_engine_sgd(e, &(mfs_batch_t){pl.u, pl.i, pl.r, pl.n}));
+	TEST_EQ_INT(mfs_engine_sync(e), MFS_ENAN);
+	mfs_engine_close(e);
+	mfs_model_free(m);
+	planted_free(&pl);
+}
+
+/* The parity and NaN cases by the merge's other path, copies through the copy engines (hosts
+ * without peer access; MFS_MERGE_PATH, merge.cu); the cases above ran direct */
+static void test_other_paths(void)
+{
+	const char *paths[] = {"copies"};
+	for (int p = 0; p < 1; p++) {
+		fprintf(stderr, "  merge path %s\n", paths[p]);
+		TEST_ASSERT(setenv("MFS_MERGE_PATH", paths[p], 1) == 0);
+		test_parity();
+		test_parity_chunked();
+		test_merge_nonfinite();
+	}
+	TEST_ASSERT(unsetenv("MFS_MERGE_PATH") == 0);
+}
+
 int main(void)
 {
 	mfs_log_set_level(MFS_LOG_WARN);
@@ -251,6 +289,8 @@ int main(void)
 	fprintf(stderr, "  %d CUDA device(s): shards on %s\n", g_devices, g_devices > 1 ? "devices 0, 1, 0, ..." : "device 0");
 	TEST_RUN(test_parity);
 	TEST_RUN(test_parity_chunked);
+	TEST_RUN(test_merge_nonfinite);
+	TEST_RUN(test_other_paths);
 	TEST_RUN(test_capture_reset);
 	TEST_RUN(test_accuracy);
 	return TEST_REPORT();
