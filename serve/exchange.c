@@ -26,7 +26,10 @@
  *     q' = m + (q - m) ar a                   (mfs_shard_hosts_merge; a sender whose count went
  *                                              back after a restart: q' = q + d)
  * with g = lr (1 + lambda_bi) for the bias and lr (|p|^2 / k + lambda_q) for the factors
- * (|p|^2: the mean over the users of the batches since the last step). ref moves with q.
+ * (|p|^2: the mean over the users of the batches since the last step), not the in-host merge's
+ * lr (rho + lambda_q) (gpu/shard.h): with rho this lagged merge measured 0.1-0.6 points worse on
+ * every case of bench_shard's hosts scheme and no different on MovieLens (docs/BENCHMARKS.md,
+ * "Between hosts"). ref moves with q.
  * Restart. At open the reader notes where each partition of the topic ends, and open returns
  * once it has read to there (the learner's first batch waits; the ratings queue up behind).
  * What it read is merged before the first batch (the learner steps once), with two

@@ -489,7 +489,9 @@ static int hosts_publish(mfs_shard_ref_t *r, uint32_t s)
 	return 0;
 }
 
-/* BLEND's |p|^2 for shard s: the mean over its last batch's users. */
+/* BLEND's |p|^2 for shard s: the mean over its last batch's users. The hosts' lagged merge takes
+ * g = lr (|p|^2 / k + lambda_q), not the in-host merge's lr (rho + lambda_q): rho measured worse
+ * here (docs/BENCHMARKS.md, "Between hosts"). */
 static double shard_p2(const mfs_shard_ref_t *r, uint32_t s)
 {
 	const size_t ks = (size_t)r->sr_k;
