@@ -20,10 +20,10 @@
  * Direct (NVLink; shards on one device too): device d merges entries [n d / S, n (d + 1) / S)
  * of the job, reading every shard's replica where it lies (loads from peer memory) and storing
  * the merged row into every replica (stores to peer memory); once every device has, each copies
- * the job's rows of its replica into its base. Steps: norm2_kernel (the partials, into this device's slot); barrier (every
- * device's work before the merge done); lq_kernel (rho from every device's slot, read where it
- * lies), tab_kernel, merge_kernel over the device's range; barrier; the base (a device copy, or
- * rebase_kernel for a list of rows). Bytes a device moves over NVLink: (S - 1) / S of the rows
+ * the job's rows of its replica into its base. Steps: norm2_kernel (the partials, into this
+ * device's slot); barrier (every device's work before the merge done); lq_kernel (rho from every
+ * device's slot, read where it lies), tab_kernel, merge_kernel over the device's range; barrier;
+ * the base (a device copy, or rebase_kernel for a list of rows). Bytes a device moves over NVLink: (S - 1) / S of the rows
  * in and out, as a reduce-scatter and an all-gather, with no staging, packing or unpacking, and
  * no scratch for the rows. Pushing the rows to their merging device first (SM stores into a
  * staging slot, then a local merge) was measured too: its merge kernel took half the time, the
@@ -339,9 +339,10 @@ __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK, E <= 4 ? 4 : 2)
 		}
 		const size_t off = i * (size_t)k + (size_t)lane * E, src = a.by_row ? i : x;
 		const size_t so = src * (size_t)k + (size_t)lane * E;
-		/* the first MERGE_PF shards' rows requested at once, before any is used: direct merges
-		 * read them over NVLink, where one load after another left the links idle (a row's
-		 * round trip is microseconds) */
+		/* the first MERGE_PF shards' rows requested at once, before any is used (direct merges
+		 * read them over NVLink). Measured on four H200s: the direct merge's kernel took 1.41 ms
+		 * with and without it, so one load after another was not its bound; kept, as the code
+		 * the devices ran since */
 		lane_raw<T, E> pr[MERGE_PF];
 		float pb[MERGE_PF];
 #pragma unroll
