@@ -460,8 +460,8 @@ __global__ void unpack_kernel(const uint32_t *in, const float *bin, const uint32
 	}
 }
 
-/* Direct merges: rows[x] (rows NULL: row x) for x < n of the replica into the base, once every
- * device has written its range into this replica. */
+/* Direct merges: rows rows[x], x < n, of the replica into the base, once every device has
+ * written its range into this replica (a job of the whole table is one device copy instead). */
 __global__ void rebase_kernel(const uint32_t *__restrict__ rows, size_t n, int words, const uint32_t *Q,
                               const float *bi, uint32_t *Q0, float *b0)
 {
