@@ -823,6 +823,49 @@ static int merge_finish(struct cuda_impl *const *cs, uint32_t S, size_t n, int t
 	return 0;
 }
 
+/* A merge's first step on shard s's device, both paths: the start of the trace, the job's arrays
+ * staged from the host (a kept job has them there already), and this shard's |p|^2 and (p.p')^2
+ * partials into its slot, which it returns. */
+static int merge_begin(struct cuda_impl *c, uint32_t S, uint32_t s, int k, const mfs_merge_job_t *job, int trace,
+                       double **part_out)
+{
+	const size_t n = job->n;
+	if (trace)
+		MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
+	const uint32_t *p2 = job->keep ? ((const struct kept *)job->kept[s])->p2 : c->mg_p2;
+	if (!job->keep) { /* pageable sources: staged before each call returns */
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_rows, job->rows, n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_cnt, job->cnt, n * S * sizeof(uint32_t), cudaMemcpyHostToDevice,
+		                             c->stream));
+		MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
+		                             cudaMemcpyHostToDevice, c->stream));
+	}
+	double *part = c->mg_part + (size_t)s * NORM_PARTS;
+	if (c->fp16)
+		norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
+		                                                                          job->p2_n[s], part);
+	else
+		norm2_kernel<float><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const float *)c->P, k, p2,
+		                                                                         job->p2_n[s], part);
+	MFS_CUDA_LAUNCHED();
+	*part_out = part;
+	return 0;
+}
+
+/* rho from every shard's partials, then BLEND's per-count table, on this device's stream (both
+ * paths, before the device's first merge kernel). */
+static int merge_tables(struct cuda_impl *c, const struct parts &pt, uint32_t S, const mfs_merge_job_t *job, double lb)
+{
+	lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
+	                                  (struct blend_tab *)c->mg_tab);
+	MFS_CUDA_LAUNCHED();
+	if (job->combine == MFS_SHARD_BLEND) {
+		tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
+		MFS_CUDA_LAUNCHED();
+	}
+	return 0;
+}
+
 /* Direct merge (every pair of devices has peer access): device d merges entries
  * [n d / S, n (d + 1) / S) of the job reading every shard's replica where it lies (its own, and
  * the others' over NVLink: loads from peer memory), and writes the merged row into every replica
@@ -837,29 +880,15 @@ static int merge_direct(struct cuda_impl *const *cs, uint32_t S, int k, mfs_merg
                         double h0)
 {
 	const size_t n = job->n;
+	int rc;
 	struct parts pt;
 	memset(&pt, 0, sizeof pt);
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
-		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
-		const uint32_t *p2 = job->keep ? ((const struct kept *)job->kept[s])->p2 : c->mg_p2;
-		if (!job->keep) { /* pageable sources: staged before each call returns */
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_rows, job->rows, n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_cnt, job->cnt, n * S * sizeof(uint32_t), cudaMemcpyHostToDevice,
-			                             c->stream));
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
-			                             cudaMemcpyHostToDevice, c->stream));
-		}
-		double *part = c->mg_part + (size_t)s * NORM_PARTS;
-		if (c->fp16)
-			norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
-			                                                                          job->p2_n[s], part);
-		else
-			norm2_kernel<float><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const float *)c->P, k, p2,
-			                                                                         job->p2_n[s], part);
-		MFS_CUDA_LAUNCHED();
+		double *part;
+		if ((rc = merge_begin(c, S, s, k, job, trace, &part)))
+			return rc;
 		pt.p[s] = part;
 		MFS_CUDA_TRY(cudaEventRecord(c->mg_ready, c->stream));
 	}
@@ -872,13 +901,8 @@ static int merge_direct(struct cuda_impl *const *cs, uint32_t S, int k, mfs_merg
 				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, cs[s]->mg_ready, 0));
 		if (trace)
 			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[1], c->stream));
-		lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
-		                                  (struct blend_tab *)c->mg_tab);
-		MFS_CUDA_LAUNCHED();
-		if (job->combine == MFS_SHARD_BLEND) {
-			tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
-			MFS_CUDA_LAUNCHED();
-		}
+		if ((rc = merge_tables(c, pt, S, job, lb)))
+			return rc;
 		struct merge_args a;
 		memset(&a, 0, sizeof a);
 		for (uint32_t s = 0; s < S; s++) {
@@ -961,33 +985,15 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 	for (uint32_t s = 0; s < S; s++) {
 		struct cuda_impl *c = cs[s];
 		MFS_CUDA_TRY(cudaSetDevice(c->dev));
-		if (trace)
-			MFS_CUDA_TRY(cudaEventRecord(c->mg_t[0], c->stream));
-		const uint32_t *rows = c->mg_rows, *p2 = c->mg_p2;
-		if (job->keep) {
-			const struct kept *kp = (const struct kept *)job->kept[s];
-			rows = kp->rows, p2 = kp->p2;
-		} else { /* pageable sources: staged before each call returns */
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_rows, job->rows, n * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_cnt, job->cnt, n * S * sizeof(uint32_t), cudaMemcpyHostToDevice,
-			                             c->stream));
-			MFS_CUDA_TRY(cudaMemcpyAsync(c->mg_p2, job->p2_rows[s], job->p2_n[s] * sizeof(uint32_t),
-			                             cudaMemcpyHostToDevice, c->stream));
-		}
 		/* 2. this shard's |p|^2 and (p.p')^2 partials and (unless the job is the whole table) its
 		 * packed rows */
-		double *part = c->mg_part + (size_t)s * NORM_PARTS;
-		if (c->fp16)
-			norm2_kernel<__half><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const __half *)c->P, k, p2,
-			                                                                          job->p2_n[s], part);
-		else
-			norm2_kernel<float><<<NORM_BLOCKS, 32 * WARPS_PER_BLOCK, 0, c->stream>>>((const float *)c->P, k, p2,
-			                                                                         job->p2_n[s], part);
-		MFS_CUDA_LAUNCHED();
+		double *part;
+		if ((rc = merge_begin(c, S, s, k, job, trace, &part)))
+			return rc;
 		const int words = (int)((size_t)k * c->es / 4);
 		if (n && !dense) {
 			pack_kernel<<<warp_blocks(n), 32 * WARPS_PER_BLOCK, 0, c->stream>>>(
-				(const uint32_t *)c->Q, c->bi, rows, n, words,
+				(const uint32_t *)c->Q, c->bi, job_rows(c, job, s, 0), n, words,
 				(uint32_t *)((char *)c->mg_F + (size_t)s * c->mg_cap * k * c->es), c->mg_b + (size_t)s * c->mg_cap);
 			MFS_CUDA_LAUNCHED();
 		}
@@ -1063,13 +1069,8 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 				memset(&pt, 0, sizeof pt);
 				for (uint32_t s = 0; s < S; s++)
 					pt.p[s] = c->mg_part + (size_t)s * NORM_PARTS;
-				lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
-				                                  (struct blend_tab *)c->mg_tab);
-				MFS_CUDA_LAUNCHED();
-				if (job->combine == MFS_SHARD_BLEND) {
-					tab_kernel<<<(TAB_N + 255) / 256, 256, 0, c->stream>>>(lb, (struct blend_tab *)c->mg_tab);
-					MFS_CUDA_LAUNCHED();
-				}
+				if ((rc = merge_tables(c, pt, S, job, lb)))
+					return rc;
 			}
 			chunk_of(n, S, split, d, j, C, &a.lo, &a.hi);
 			if (split) { /* the merged rows also into this device's own slot, to be sent on */
