@@ -432,7 +432,7 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 		pairs = s ? pairs + pp : pp;
 	}
 	double lb, lq;
-	mfs_merge_logs(&job->hp, sum, pairs, &lb, &lq);
+	mfs_merge_logs(&job->hp, sum, pairs, job->epoch_whole, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	size_t bad = 0;
@@ -857,7 +857,7 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 			if (b->u[j] != MFS_ROW_NONE && b->i[j] != MFS_ROW_NONE)
 				cur[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)] = 0;
 		}
-		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1};
+		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1, .epoch_whole = P == 1};
 		for (uint32_t s = 0; s < S; s++) {
 			pc->job.p2_rows[s] = pc->p2[s];
 			pc->job.p2_n[s] = pc->p2_n[s];

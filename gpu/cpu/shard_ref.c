@@ -131,6 +131,11 @@ struct mfs_shard_ref {
 	size_t sr_nunion;
 	uint8_t *sr_inunion;
 	uint32_t sr_since;      /* batches since the last exchange */
+	/* an epoch's merges (mfs_shard_ref_epoch): the one that closes an epoch in which no other
+	 * merge ran takes BLEND's epoch step (mfs_shard_blend_lr), as the engine's one-piece epochs */
+	int sr_in_epoch;        /* mfs_shard_ref_epoch is running */
+	int sr_epoch_last;      /* ... and its last batch has been applied */
+	uint64_t sr_epoch_merges; /* merges since the epoch began */
 	float *sr_acc;          /* k + 1 floats */
 	double *sr_tacc;        /* k doubles */
 	mfs_batch_t sr_set;     /* the loaded ratings (allreduce) */
@@ -601,7 +606,9 @@ static void merge_union(mfs_shard_ref_t *r, int hot)
 	double p2 = 0, pp = 0, lb, lq;
 	if (r->sr_c.combine == MFS_SHARD_BLEND)
 		round_p2(r, &p2, &pp);
-	mfs_merge_logs(&r->sr_hp, p2, pp, &lb, &lq);
+	const int whole = !hot && r->sr_in_epoch && r->sr_epoch_last && r->sr_epoch_merges == 0;
+	r->sr_epoch_merges++;
+	mfs_merge_logs(&r->sr_hp, p2, pp, whole, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	uint32_t cnt[MFS_SHARD_MAX];
@@ -825,17 +832,25 @@ int mfs_shard_ref_epoch(mfs_shard_ref_t *r)
 		return rotate_epoch(r);
 	int rc = 0;
 	const size_t n = r->sr_set.n, B = r->sr_c.batch;
+	r->sr_in_epoch = 1;
+	r->sr_epoch_merges = 0;
 	for (size_t off = 0; off < n && !rc; off += B) {
 		mfs_batch_t b = {r->sr_set.u + off, r->sr_set.i + off, r->sr_set.r + off, n - off < B ? n - off : B};
+		r->sr_epoch_last = n - off <= B;
 		rc = allreduce_batch(r, &b);
 	}
 	if (r->sr_c.scheme == MFS_SHARD_HOSTS) {
 		/* hosts never stop to agree (the stream goes on): the model shows shard 0's replica */
+		r->sr_in_epoch = r->sr_epoch_last = 0;
 		if (!rc)
 			hosts_show(r);
 		return rc;
 	}
-	return rc ? rc : mfs_shard_ref_exchange(r); /* an epoch ends with the replicas agreeing */
+	r->sr_epoch_last = 1;
+	if (!rc) /* an epoch ends with the replicas agreeing */
+		rc = mfs_shard_ref_exchange(r);
+	r->sr_in_epoch = r->sr_epoch_last = 0;
+	return rc;
 }
 
 int mfs_shard_ref_loss(mfs_shard_ref_t *r, const mfs_batch_t *b, mfs_loss_t *out)

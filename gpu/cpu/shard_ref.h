@@ -34,7 +34,9 @@
  *   - allreduce, a row changed by several shards: MFS_SHARD_SUM, q = q_c + sum over the others
  *     (q_s - q0), c the lowest such shard, q0 the value at the last exchange, added in shard
  *     order; MFS_SHARD_MEAN, q = (sum of their q_s in shard order) / their number;
- *     MFS_SHARD_BLEND, gpu/shard.h's estimate of the serial result (in double).
+ *     MFS_SHARD_BLEND, gpu/shard.h's estimate of the serial result (in double); the merge
+ *     that closes an epoch in which no other merge ran takes BLEND's epoch step
+ *     (mfs_shard_blend_lr), as the engine's epochs run in one piece do.
  *   - rotation: a rating is applied only by the shard that holds its item block then (counted
  *     in owner_violations, always 0); every rating once per epoch.
  *   - threads never change a result: shards write disjoint rows between exchanges.

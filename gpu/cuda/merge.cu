@@ -181,7 +181,8 @@ struct parts {
 };
 
 /* lq from the shards' partials (each shard's in order, the shards in order), on one thread: the
- * same bits on every device; g as mfs_shard_blend_gq (gpu/shard.h), the same operations. Also
+ * same bits on every device; g as mfs_shard_blend_gq (gpu/shard.h), the same operations, lr as
+ * mfs_shard_blend_lr gives it (the host's double, so an epoch's closing merge too). Also
  * zeroes the merge's count of non-finite rows (it runs before any of the merge's kernels). */
 __global__ void lq_kernel(struct parts part, uint32_t S, double lr, double lambda_q, struct blend_tab *tab)
 {
@@ -856,7 +857,8 @@ static int merge_begin(struct cuda_impl *c, uint32_t S, uint32_t s, int k, const
  * paths, before the device's first merge kernel). */
 static int merge_tables(struct cuda_impl *c, const struct parts &pt, uint32_t S, const mfs_merge_job_t *job, double lb)
 {
-	lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, (double)job->hp.lr, (double)job->hp.lambda_q,
+	lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, mfs_shard_blend_lr((double)job->hp.lr, job->epoch_whole),
+	                                  (double)job->hp.lambda_q,
 	                                  (struct blend_tab *)c->mg_tab);
 	MFS_CUDA_LAUNCHED();
 	if (job->combine == MFS_SHARD_BLEND) {

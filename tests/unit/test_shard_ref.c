@@ -6,7 +6,8 @@
  * bit, both schemes, factors, biases, events and the loss; allreduce with exchange every batch
  * and one shard per batch equals the serial engine bit for bit (both ways of combining); a row
  * two shards changed gets q_c + (q_s - q0) or the mean (worked by hand with the reference
- * step) and the bytes counted for it;
+ * step) and the bytes counted for it; an epoch's only merge takes BLEND's epoch step (g / 4 for
+ * the factors, worked by hand) and an epoch's earlier merges the stream's;
  * replicas agree bit for bit after an exchange; rotation keeps every item block on one shard
  * at a time (traced) and counts the bytes of the blocks handed on; 2 and 4 shards reach the
  * one-shard test RMSE within 2 % on a planted problem, both schemes; threads change no bit;
@@ -407,6 +408,60 @@ static void test_allreduce_combine(void)
 		TEST_EQ_INT(st.bytes_dense, 2 * 1 * 1 * row); /* ring all-reduce of the 1-row table, S = 2 */
 		TEST_EQ_INT(st.bytes_sparse, 2 * (row + 4));  /* each shard's one row to the other */
 		TEST_EQ_INT(st.ratings_max_sum, 1);
+		mfs_shard_ref_free(r);
+		mfs_model_free(m);
+		mfs_model_free(w);
+	}
+}
+
+/* The merge that closes an epoch in which no other merge ran (one merge an epoch) takes BLEND's
+ * epoch step, g x MFS_SHARD_BLEND_EPOCH_G for the factors (gpu/shard.h, mfs_shard_blend_lr);
+ * the bias keeps its g. test_allreduce_combine's two ratings of item 0 (users 0 and 1, one on
+ * each shard) as an epoch: case 0 one batch; case 1 two batches, the exchange after the second
+ * (rho then from the second batch's user alone: the round's users); case 2 two batches of two,
+ * a merge after each, item 1 rated in the second: the first merge does not close the epoch and
+ * keeps g. */
+static void test_epoch_blend_step(void)
+{
+	const int k = 32;
+	const size_t batch[3] = {16, 1, 2}, n[3] = {2, 2, 4};
+	const uint32_t every[3] = {1, 2, 1};
+	for (int c = 0; c < 3; c++) {
+		mfs_model_t *m = mk_model(k, 2, 2, 3.5, 7), *w = mk_model(k, 2, 2, 3.5, 7);
+		mfs_shard_ref_t *r = open_refc(m, 2, MFS_SHARD_ALLREDUCE, batch[c], every[c], MFS_SHARD_BLEND, 1);
+		mfs_hparams_t hp = hp_at(0.5f); /* large steps: the two g give clearly different rows */
+		TEST_OK(mfs_shard_ref_set_hparams(r, &hp));
+		const uint32_t bu[4] = {0, 1, 0, 1}, bi[4] = {0, 0, 1, 1};
+		const float br[4] = {4.5f, 1.5f, 3.0f, 3.0f};
+		TEST_OK(mfs_shard_ref_load(r, &(mfs_batch_t){bu, bi, br, n[c]}));
+		TEST_OK(mfs_shard_ref_epoch(r));
+		/* by hand, item 0: two copies, one step each from q0 (users 0 and 1 as after them) */
+		float q0[32], qa[32], qb[32], b0 = w->bi[0], ba = b0, bb = b0;
+		memcpy(q0, w->Q, sizeof q0);
+		memcpy(qa, q0, sizeof qa);
+		memcpy(qb, q0, sizeof qb);
+		const float mu = (float)w->mu;
+		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P, qa, &w->bu[0], &ba, 4.5f), 1);
+		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P + k, qb, &w->bu[1], &bb, 1.5f), 1);
+		double na = 0, nb = 0;
+		for (int f = 0; f < k; f++) {
+			na += (double)w->P[f] * (double)w->P[f];
+			nb += (double)w->P[k + f] * (double)w->P[k + f];
+		}
+		const double rho = c == 1 ? nb : (na * na + nb * nb) / (na + nb);
+		const double g = (double)hp.lr * (rho + (double)hp.lambda_q), ge = g * MFS_SHARD_BLEND_EPOCH_G;
+		const double want_g = c == 2 ? g : ge, other_g = c == 2 ? ge : g;
+		double worst = 0, worst_other = 0;
+		for (int f = 0; f < k; f++) {
+			const double d = ((double)qa[f] - q0[f]) + ((double)qb[f] - q0[f]);
+			worst = fmax(worst, fabs(q0[f] + (1 - want_g / 2) * d - (double)m->Q[f]));
+			worst_other = fmax(worst_other, fabs(q0[f] + (1 - other_g / 2) * d - (double)m->Q[f]));
+		}
+		TEST_ASSERT_MSG(worst <= 1e-6, "case %d: item 0's factors off by %g", c, worst);
+		TEST_ASSERT_MSG(worst_other > 1e-4, "case %d: item 0's factors fit the other step too", c);
+		const double gb = (double)hp.lr * (1.0 + (double)hp.lambda_bi);
+		TEST_NEAR(m->bi[0], b0 + (1 - gb / 2) * (((double)ba - b0) + ((double)bb - b0)), 1e-6);
+		TEST_ASSERT(replicas_agree(r, m, 2));
 		mfs_shard_ref_free(r);
 		mfs_model_free(m);
 		mfs_model_free(w);
@@ -855,6 +910,7 @@ int main(void)
 	TEST_RUN(test_one_shard_is_serial);
 	TEST_RUN(test_allreduce_one_shard_per_batch);
 	TEST_RUN(test_allreduce_combine);
+	TEST_RUN(test_epoch_blend_step);
 	TEST_RUN(test_replicas_agree);
 	TEST_RUN(test_rotation_ownership);
 	TEST_RUN(test_accuracy_vs_one_shard);
