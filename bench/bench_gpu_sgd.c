@@ -43,7 +43,9 @@
  * docs/SCALE_OUT.md; devices 0..S-1, round the ones that answer), -pP pieces an epoch
  * (engine.merge_pieces, default 16; one unless heavy skew), -hH the hot rows' threshold
  * (engine.merge_hot, default 8), -sF the least share of the set's ratings on hot rows for
- * which an epoch runs in pieces (default 0.8; -s0.001: always in pieces), -c merges by copies
+ * which an epoch runs in pieces (default 0.8; -s0.001: always in pieces), -eG the factor of
+ * BLEND's step after an epoch in one piece (engine.merge_epoch_g; -e1: BLEND's own step; default
+ * by the shard count, gpu/shard.h), -c merges by copies
  * (MFS_MERGE_PATH=copies: gpu/cuda/merge.cu's path for devices without peer access).
  * A NAME starting with "iid" runs the set in iid order, one rating per group (sgd.cu; ring
  * variants too), "runsN" in user runs of at most N ratings (runs.cu); otherwise the engine's
@@ -231,12 +233,14 @@ static int run_variant(const struct opts *o, mfs_model_t *m, int is_cuda, int fp
 		ec.cuda_user_runs = -1;
 	else if (!strncmp(variant, "runs", 4) && atoi(variant + 4) > 0) /* runsN: runs of at most N ratings */
 		ec.cuda_user_runs = atoi(variant + 4);
-	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-sF][-c]: S shards */
-		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h"), *sh = strstr(variant, "-s");
+	if (variant[0] == 'x' && variant[1] >= '1' && variant[1] <= '9') { /* xS[-pP][-hH][-sF][-eG][-c]: S shards */
+		const char *p = strstr(variant, "-p"), *h = strstr(variant, "-h"), *sh = strstr(variant, "-s"),
+		           *ex = strstr(variant, "-e");
 		/* the merge's path (gpu/cuda/merge.cu), read at every merge: -c copies */
 		if (setenv("MFS_MERGE_PATH", strstr(variant, "-c") ? "copies" : "", 1))
 			return 1;
 		ec.merge_pieces_share = sh ? atof(sh + 2) : 0;
+		ec.merge_epoch_g = ex ? atof(ex + 2) : 0;
 		ec.shards = (uint32_t)atoi(variant + 1);
 		ec.merge_batches = 8;
 		ec.merge_pieces = p ? (uint32_t)atoi(p + 2) : 16;

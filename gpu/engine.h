@@ -83,6 +83,8 @@ typedef struct mfs_engine_conf {
 	int merge_hot_stream;    /* streaming: hot rows merged after every batch too */
 	uint32_t merge_pieces;   /* resident epochs are cut into this many pieces, hot rows merged after
 	                               each, every row at the epoch's end */
+	double merge_epoch_g;    /* an epoch in one piece: its merge's BLEND factor step x this (0: by the
+	                               shard count, mfs_shard_blend_epoch_g; 1: BLEND's own) */
 	int items_base;             /* set by the sharded engine for its shards: keep the item table as of
 	                               the last merge (the merge's q0) where the rows live */
 	int batches_inline;         /* sharded: apply each streaming batch before sgd returns, on the

@@ -62,7 +62,8 @@ typedef struct mfs_merge_job {
 	const uint32_t *p2_rows[MFS_SHARD_MAX];
 	size_t p2_n[MFS_SHARD_MAX];
 	int combine;           /* enum mfs_shard_combine */
-	int epoch_whole;       /* BLEND: the merge closes an epoch run as one piece (mfs_shard_blend_lr) */
+	double epoch_g;        /* BLEND: 0, or (the merge closes an epoch run as one piece) the factor
+	                          step's multiplier (mfs_shard_blend_lr) */
 	mfs_hparams_t hp;
 	int keep;              /* the job repeats (resident epochs): the kind may keep what it uploads in
 	                          kept[] until merge_forget */

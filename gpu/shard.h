@@ -128,30 +128,42 @@ static inline double mfs_shard_blend_gq(double lr, double lambda_q, double p2, d
 	return lr * ((p2 > 0 ? pp / p2 : 0) + lambda_q);
 }
 
-/* BLEND's factor step after an epoch run as one piece (one merge an epoch, offline): g x this.
- * A smaller g moves a merged row further, towards the sum of the shards' moves. With one merge
- * an epoch every shard's users train a whole epoch against their own replica, and the merged
- * rows (the count-weighted mean where the shards went most of the way) lag what one device
- * would have reached; moving them further makes up part of the lag. A measured correction, not
- * a derivation: per-direction rates from M's eigenvalues (the model above without its one g)
- * gained a tenth to a quarter of what g / 4 gains (CPU shards, Zipf 0.8, S = 4: +6.20 % ->
- * +5.58-5.92 %, against +3.95 %). One H200 holding four shards, 1M x 1M x 100M, k 128 fp16,
- * 20 epochs, test RMSE against one GPU's (four shards on one device matched four devices'
- * +1.45 % within 0.05 points): Zipf 0.8 +1.46-1.48 % at g, +0.96-0.97 % at g / 2, +0.80 % at
- * 0.35 g, +0.67-0.68 % at g / 4; two shards +0.70 % -> +0.37-0.39 %; Zipf 1.2 in one piece
- * +6.47 % -> +6.15 %; uniform unchanged; MovieLens on CPU shards (S = 4) better for every seed,
- * by 0.05-0.11 %. Only here: where an epoch runs in pieces the hot rows are merged after every
- * piece and the extra move compounds - Zipf 1.2, four shards, 16 pieces: g / 4 made rows
- * non-finite by epoch 8, and 0.35 g ended at 0.53252 against 0.53111-0.53167 with g
- * (docs/BENCHMARKS.md, "BLEND's step after a whole epoch"). A stream's merges keep g. */
-#define MFS_SHARD_BLEND_EPOCH_G 0.25
+/* BLEND's factor step after an epoch run as one piece (one merge an epoch, offline): g x
+ * mfs_shard_blend_epoch_g(S), unless engine.merge_epoch_g says otherwise.
+ *
+ * Why smaller: a smaller g moves a merged row further, towards the sum of the shards' moves.
+ * With one merge an epoch every shard's users train a whole epoch against their own replica,
+ * and the merged rows (the count-weighted mean where the shards went most of the way) lag what
+ * one device would have reached; moving them further makes up part of the lag. A measured
+ * correction, not a derivation: per-direction rates from M's eigenvalues (the model above
+ * without its one g) gained a tenth to a quarter of what g / 4 gains (CPU shards, Zipf 0.8,
+ * S = 4: +6.20 % -> +5.58-5.92 %, against +3.95 %).
+ *
+ * How far: along a direction every shard converged in, S equal shards each at a = (1 - g)^n of
+ * the way left, BLEND with g x f instead of g carries the row F = (1 - a^(fS)) (1 - a) / (1 - a^f)
+ * of the way to the target (f = 1: 1 - a^S, never past it). F > 2 is a growing oscillation from
+ * merge to merge. The worst F over a: f = 1/4 gives 1.41 (S = 2), 1.93 (S = 4), 2.47 (S = 8);
+ * f = 1/2 gives 1.60 (S = 8), 1.75 (S = 16) and 1.91 (S = 64, MFS_SHARD_MAX). So 1/4 up to four
+ * shards, 1/2 above.
+ *
+ * Measured on one H200 holding the shards (1M x 1M x 100M, k 128 fp16, 20 epochs; four shards
+ * on one device matched four devices' +1.45 % within 0.05 points), test RMSE against one GPU's:
+ * four shards at Zipf 0.8 +1.46-1.48 % at g, +0.96-0.97 % at g / 2, +0.80 % at 0.35 g,
+ * +0.67-0.68 % at g / 4; two shards +0.70 % -> +0.37-0.39 % at g / 4; four at Zipf 1.0 +1.81 %
+ * -> +1.58 %, at Zipf 1.2 (one piece forced) +6.47 % -> +6.15 %; uniform unchanged; eight at
+ * Zipf 0.8 +2.03 % at g, +1.25 % at g / 2, and g / 4 made the rows non-finite at epoch 15 (F
+ * 2.47). MovieLens on CPU shards (S = 4) better for every seed, by 0.05-0.11 %. Where an epoch
+ * runs in pieces the hot rows are merged after every piece and the extra move compounds: four
+ * shards at Zipf 1.2 in 16 pieces, g / 4 non-finite by epoch 8 (docs/BENCHMARKS.md, "BLEND's
+ * step after a whole epoch"). So pieces and streams keep g. */
+static inline double mfs_shard_blend_epoch_g(uint32_t shards) { return shards <= 4 ? 0.25 : 0.5; }
 
-/** The rate BLEND's factor step is computed with (mfs_shard_blend_gq's lr): lr, or lr x
- *  MFS_SHARD_BLEND_EPOCH_G for a merge that closes an epoch run as one piece. One function, so
- *  the host's merge and the devices' give their kernels the same double. */
-static inline double mfs_shard_blend_lr(double lr, int epoch_whole)
+/** The rate BLEND's factor step is computed with (mfs_shard_blend_gq's lr): lr, or lr x epoch_g
+ *  (> 0) for a merge that closes an epoch run as one piece. One function, so that the host's
+ *  merge and the devices' give their kernels the same double. */
+static inline double mfs_shard_blend_lr(double lr, double epoch_g)
 {
-	return epoch_whole ? lr * MFS_SHARD_BLEND_EPOCH_G : lr;
+	return epoch_g > 0 ? lr * epoch_g : lr;
 }
 static inline double mfs_shard_blend_scale(double N, double l) { return -expm1(N * l) / N; }
 

@@ -432,7 +432,7 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 		pairs = s ? pairs + pp : pp;
 	}
 	double lb, lq;
-	mfs_merge_logs(&job->hp, sum, pairs, job->epoch_whole, &lb, &lq);
+	mfs_merge_logs(&job->hp, sum, pairs, job->epoch_g, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	size_t bad = 0;
@@ -453,7 +453,8 @@ static int merge_host(mfs_engine_t *e, mfs_merge_job_t *job)
 	}
 	if (bad) { /* as the devices' merge (gpu/cuda/merge.cu): stored all the same, the engine fails */
 		mfs_error("engine", "msg=\"merge made item rows non-finite: the replicas diverged (a smaller learning "
-		          "rate, or more merges)\" rows=%zu of=%zu shards=%u", bad, job->n, S);
+		          "rate, more merges, or after an epoch in one piece engine.merge_epoch_g 1)\" rows=%zu of=%zu "
+		          "shards=%u epoch_g=%g", bad, job->n, S, job->epoch_g);
 		return MFS_ENAN;
 	}
 	return 0;
@@ -789,6 +790,8 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 {
 	struct sharded *x = impl(e);
 	const uint32_t S = x->S, P = ss->pieces, T = e->conf.merge_hot, ni = e->model->n_items;
+	/* an epoch in one piece: its one merge takes BLEND's epoch step (gpu/shard.h) */
+	const double epoch_g = P > 1 ? 0 : e->conf.merge_epoch_g > 0 ? e->conf.merge_epoch_g : mfs_shard_blend_epoch_g(S);
 	uint32_t *acc = calloc((size_t)ni * S + 1, sizeof *acc), *cur = calloc((size_t)ni * S + 1, sizeof *cur);
 	size_t *pstart = calloc((size_t)P + 1, sizeof *pstart);
 	uint32_t *order = malloc((b->n ? b->n : 1) * sizeof *order);
@@ -857,7 +860,7 @@ static int plan_merges(mfs_engine_t *e, const mfs_batch_t *b, const uint8_t *par
 			if (b->u[j] != MFS_ROW_NONE && b->i[j] != MFS_ROW_NONE)
 				cur[(size_t)b->i[j] * S + mfs_shard_of_user(b->u[j], S)] = 0;
 		}
-		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1, .epoch_whole = P == 1};
+		pc->job = (mfs_merge_job_t){.rows = pc->rows, .n = pc->n, .cnt = pc->cnt, .keep = 1, .epoch_g = epoch_g};
 		for (uint32_t s = 0; s < S; s++) {
 			pc->job.p2_rows[s] = pc->p2[s];
 			pc->job.p2_n[s] = pc->p2_n[s];
@@ -1390,9 +1393,11 @@ static int sharded_open(mfs_engine_t *e, char *errstr, size_t es)
 	}
 	if (S < 2 || S > MFS_SHARD_MAX)
 		return mfs_errf(errstr, es, MFS_EINVAL, "engine: %u shards (want 2..%d)", S, MFS_SHARD_MAX);
-	if (c->merge_batches < 1 || c->merge_pieces < 1 || c->merge_pieces > 255)
+	if (c->merge_batches < 1 || c->merge_pieces < 1 || c->merge_pieces > 255 || !(c->merge_epoch_g >= 0) ||
+	    c->merge_epoch_g > 1)
 		return mfs_errf(errstr, es, MFS_EINVAL,
-		                "engine: engine.merge_batches >= 1 and engine.merge_pieces in 1..255 wanted");
+		                "engine: engine.merge_batches >= 1, engine.merge_pieces in 1..255 and engine.merge_epoch_g "
+		                "in 0..1 wanted");
 	struct sharded *x = calloc(1, sizeof *x);
 	if (!x)
 		return mfs_errf(errstr, es, ENOMEM, "engine: out of memory");

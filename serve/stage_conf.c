@@ -65,6 +65,7 @@ int mfs_engine_conf_from(const mfs_conf_t *c, mfs_engine_conf_t *out, char *errs
 	out->merge_hot = (uint32_t)c->engine_merge_hot;
 	out->merge_hot_stream = c->engine_merge_hot_stream;
 	out->merge_pieces = (uint32_t)c->engine_merge_pieces;
+	out->merge_epoch_g = c->engine_merge_epoch_g;
 	return devices_from(c->engine_devices, out, errstr, errstr_size);
 }
 

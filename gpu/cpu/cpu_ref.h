@@ -132,9 +132,9 @@ int mfs_merge_row_ref(int k, uint32_t S, int combine, const uint32_t *cnt, float
 void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, double *p2, double *pp);
 
 /** BLEND's log(1 - g) for the bias (lb: g = lr (1 + lambda_bi)) and the factors (lq: g = lr'
- *  (pp / p2 + lambda_q), mfs_shard_blend_gq, lr' = mfs_shard_blend_lr(lr, epoch_whole)),
- *  gpu/shard.h; p2, pp the sums of mfs_norm2_pairs_ref; epoch_whole: the merge closes an epoch
- *  run as one piece. */
-void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, int epoch_whole, double *lb, double *lq);
+ *  (pp / p2 + lambda_q), mfs_shard_blend_gq, lr' = mfs_shard_blend_lr(lr, epoch_g)),
+ *  gpu/shard.h; p2, pp the sums of mfs_norm2_pairs_ref; epoch_g: 0, or the epoch step's
+ *  multiplier where the merge closes an epoch run as one piece. */
+void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, double epoch_g, double *lb, double *lq);
 
 #endif

@@ -100,9 +100,9 @@ void mfs_norm2_pairs_ref(const float *P, int k, const uint32_t *rows, size_t n, 
 	*pp = pair;
 }
 
-void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, int epoch_whole, double *lb, double *lq)
+void mfs_merge_logs(const mfs_hparams_t *hp, double p2, double pp, double epoch_g, double *lb, double *lq)
 {
 	*lb = mfs_shard_blend_log((double)hp->lr * (1.0 + (double)hp->lambda_bi));
 	*lq = mfs_shard_blend_log(
-	        mfs_shard_blend_gq(mfs_shard_blend_lr((double)hp->lr, epoch_whole), (double)hp->lambda_q, p2, pp));
+	        mfs_shard_blend_gq(mfs_shard_blend_lr((double)hp->lr, epoch_g), (double)hp->lambda_q, p2, pp));
 }

@@ -608,7 +608,7 @@ static void merge_union(mfs_shard_ref_t *r, int hot)
 		round_p2(r, &p2, &pp);
 	const int whole = !hot && r->sr_in_epoch && r->sr_epoch_last && r->sr_epoch_merges == 0;
 	r->sr_epoch_merges++;
-	mfs_merge_logs(&r->sr_hp, p2, pp, whole, &lb, &lq);
+	mfs_merge_logs(&r->sr_hp, p2, pp, whole ? mfs_shard_blend_epoch_g(S) : 0, &lb, &lq);
 	const float *rep_q[MFS_SHARD_MAX];
 	float rep_b[MFS_SHARD_MAX];
 	uint32_t cnt[MFS_SHARD_MAX];

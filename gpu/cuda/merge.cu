@@ -789,7 +789,8 @@ static const uint32_t *job_cnt(struct cuda_impl *c, const mfs_merge_job_t *job, 
 /* After a merge's kernels on every device (its stream): this device's count of non-finite rows to
  * the host, the merge's end recorded. Then, on the host, every device waited for; MFS_ENAN where
  * a merged row is not finite (BLEND of diverged replicas, or a replica that diverged alone). */
-static int merge_finish(struct cuda_impl *const *cs, uint32_t S, size_t n, int trace, double h0, const char *how)
+static int merge_finish(struct cuda_impl *const *cs, uint32_t S, size_t n, double epoch_g, int trace, double h0,
+                        const char *how)
 {
 	int rc;
 	for (uint32_t d = 0; d < S; d++) {
@@ -818,7 +819,8 @@ static int merge_finish(struct cuda_impl *const *cs, uint32_t S, size_t n, int t
 		}
 	if (bad) {
 		mfs_error("cuda", "msg=\"merge made item rows non-finite: the replicas diverged (a smaller "
-		          "learning rate, or more merges)\" rows=%llu of=%zu shards=%u", (unsigned long long)bad, n, S);
+		          "learning rate, more merges, or after an epoch in one piece engine.merge_epoch_g 1)\" "
+		          "rows=%llu of=%zu shards=%u epoch_g=%g", (unsigned long long)bad, n, S, epoch_g);
 		return MFS_ENAN;
 	}
 	return 0;
@@ -857,7 +859,7 @@ static int merge_begin(struct cuda_impl *c, uint32_t S, uint32_t s, int k, const
  * paths, before the device's first merge kernel). */
 static int merge_tables(struct cuda_impl *c, const struct parts &pt, uint32_t S, const mfs_merge_job_t *job, double lb)
 {
-	lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, mfs_shard_blend_lr((double)job->hp.lr, job->epoch_whole),
+	lq_kernel<<<1, 1, 0, c->stream>>>(pt, S, mfs_shard_blend_lr((double)job->hp.lr, job->epoch_g),
 	                                  (double)job->hp.lambda_q,
 	                                  (struct blend_tab *)c->mg_tab);
 	MFS_CUDA_LAUNCHED();
@@ -943,7 +945,7 @@ static int merge_direct(struct cuda_impl *const *cs, uint32_t S, int k, mfs_merg
 			MFS_CUDA_LAUNCHED();
 		}
 	}
-	return merge_finish(cs, S, n, trace, h0, "direct");
+	return merge_finish(cs, S, n, job->epoch_g, trace, h0, "direct");
 }
 
 extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)
@@ -1142,7 +1144,7 @@ extern "C" int cuda_merge(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t
 			if (x != d)
 				MFS_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->mg_pto[x][C - 1], 0));
 	}
-	return merge_finish(cs, S, n, trace, h0, split ? "copies-split" : "copies");
+	return merge_finish(cs, S, n, job->epoch_g, trace, h0, split ? "copies-split" : "copies");
 }
 
 extern "C" void cuda_merge_forget(mfs_engine_t *const *subs, uint32_t S, mfs_merge_job_t *job)

@@ -415,7 +415,7 @@ static void test_allreduce_combine(void)
 }
 
 /* The merge that closes an epoch in which no other merge ran (one merge an epoch) takes BLEND's
- * epoch step, g x MFS_SHARD_BLEND_EPOCH_G for the factors (gpu/shard.h, mfs_shard_blend_lr);
+ * epoch step, g x mfs_shard_blend_epoch_g(2) = g / 4 for the factors (gpu/shard.h);
  * the bias keeps its g. test_allreduce_combine's two ratings of item 0 (users 0 and 1, one on
  * each shard) as an epoch: case 0 one batch; case 1 two batches, the exchange after the second
  * (rho then from the second batch's user alone: the round's users); case 2 two batches of two,
@@ -449,7 +449,7 @@ static void test_epoch_blend_step(void)
 			nb += (double)w->P[k + f] * (double)w->P[k + f];
 		}
 		const double rho = c == 1 ? nb : (na * na + nb * nb) / (na + nb);
-		const double g = (double)hp.lr * (rho + (double)hp.lambda_q), ge = g * MFS_SHARD_BLEND_EPOCH_G;
+		const double g = (double)hp.lr * (rho + (double)hp.lambda_q), ge = g * mfs_shard_blend_epoch_g(2);
 		const double want_g = c == 2 ? g : ge, other_g = c == 2 ? ge : g;
 		double worst = 0, worst_other = 0;
 		for (int f = 0; f < k; f++) {

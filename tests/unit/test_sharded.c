@@ -11,7 +11,8 @@
  * counted when sgd returns, a shard's failure reaching the caller, fault point engine.shard);
  * a capture waited for on a second thread while the first captures again (the snapshot writer
  * beside exchange.topic's publish) gives both their values; a merge of a non-finite item row
- * fails (MFS_ENAN). No timing: the tests hold on a slow, loaded machine.
+ * fails (MFS_ENAN); an epoch in one piece ends with BLEND's epoch step (the shard count's, or
+ * engine.merge_epoch_g's, validated). No timing: the tests hold on a slow, loaded machine.
  */
 #include <math.h>
 #include <pthread.h>
@@ -321,6 +322,43 @@ static void test_epochs_accuracy(void)
 	epochs_case(1.2);
 }
 
+/* An epoch run in one piece ends with a merge that takes BLEND's epoch step: by default
+ * mfs_shard_blend_epoch_g(S) (g / 4 for two shards), engine.merge_epoch_g overriding it.
+ * Deterministic CPU shards, uniform items, no row hot in a piece (one piece): the default is
+ * 0.25 bit for bit, 1 (BLEND's own step) ends elsewhere. */
+static void test_epoch_step(void)
+{
+	const int k = 8;
+	const uint32_t nu = 200, ni = 60;
+	struct planted pl;
+	planted(&pl, nu, ni, 20000, 10, 0, 29);
+	const mfs_batch_t tr = {pl.u, pl.i, pl.r, pl.n};
+	const double epoch_g[3] = {0, 0.25, 1};
+	mfs_model_t *m[3];
+	for (int v = 0; v < 3; v++) {
+		m[v] = mk_model(k, nu, ni, pl.mean);
+		mfs_engine_conf_t ec = {.kind = MFS_ENGINE_CPU, .threads = 1, .deterministic = 1, .seed = 3, .shards = 2,
+		                        .merge_batches = 1, .merge_hot = 1000, .merge_pieces = 8, .merge_epoch_g = epoch_g[v]};
+		mfs_engine_t *e = NULL;
+		char err[256];
+		TEST_ASSERT_MSG(mfs_engine_open(&ec, m[v], &e, err, sizeof err) == 0, "open: %s", err);
+		TEST_OK(mfs_engine_set_hparams(e, &HP));
+		mfs_resident_t *set = NULL;
+		TEST_OK(mfs_engine_resident_load(e, &tr, &set));
+		for (uint64_t ep = 0; ep < 3; ep++)
+			TEST_OK(mfs_engine_sgd_epoch(e, set, ep));
+		mfs_engine_resident_free(e, set);
+		TEST_OK(mfs_engine_sync(e));
+		mfs_engine_close(e);
+	}
+	TEST_NEAR(mfs_shard_blend_epoch_g(2), 0.25, 0);
+	TEST_ASSERT(same_floats(m[0]->Q, m[1]->Q, (size_t)ni * k) && same_floats(m[0]->P, m[1]->P, (size_t)nu * k));
+	TEST_ASSERT(memcmp(m[0]->Q, m[2]->Q, (size_t)ni * k * sizeof(float)) != 0);
+	for (int v = 0; v < 3; v++)
+		mfs_model_free(m[v]);
+	planted_free(&pl);
+}
+
 static void test_validation(void)
 {
 	mfs_model_t *m = mk_model(8, 10, 10, 3);
@@ -334,6 +372,12 @@ static void test_validation(void)
 	ec.merge_batches = 0;
 	TEST_EQ_INT(mfs_engine_open(&ec, m, &e, err, sizeof err), MFS_EINVAL);
 	ec.merge_batches = 1;
+	ec.merge_epoch_g = 1.5; /* a fraction of BLEND's step: 0..1 */
+	TEST_EQ_INT(mfs_engine_open(&ec, m, &e, err, sizeof err), MFS_EINVAL);
+	TEST_ASSERT(e == NULL && strstr(err, "merge_epoch_g"));
+	ec.merge_epoch_g = NAN;
+	TEST_EQ_INT(mfs_engine_open(&ec, m, &e, err, sizeof err), MFS_EINVAL);
+	ec.merge_epoch_g = 0;
 	TEST_OK(mfs_engine_open(&ec, m, &e, err, sizeof err));
 	TEST_STR_EQ(mfs_engine_name(e), "sharded");
 	const uint32_t bad_u[] = {10}, ok_i[] = {0};
@@ -573,6 +617,7 @@ int main(void)
 	TEST_RUN(test_capture_two_threads);
 	TEST_RUN(test_growth_queued);
 	TEST_RUN(test_epochs_accuracy);
+	TEST_RUN(test_epoch_step);
 	TEST_RUN(test_validation);
 	TEST_RUN(test_merge_nonfinite);
 	return TEST_REPORT();
