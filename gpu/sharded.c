@@ -972,8 +972,9 @@ static int sharded_resident_load(mfs_engine_t *e, const mfs_batch_t *b, mfs_resi
 		size_t merged = 0;
 		for (uint32_t p = 0; p < P; p++)
 			merged += ss->pc[p].n;
-		mfs_info("engine", "msg=\"sharded set\" ratings=%zu shards=%u pieces=%u rows_merged_per_epoch=%zu", n, S, P,
-		         merged);
+		mfs_info("engine",
+		         "msg=\"sharded set\" ratings=%zu shards=%u pieces=%u rows_merged_per_epoch=%zu epoch_g=%g", n,
+		         S, P, merged, ss->pc[P - 1].job.epoch_g);
 	}
 	free(part);
 	free(start);
