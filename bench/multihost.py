@@ -151,8 +151,9 @@ def main():
     ap.add_argument("--hosts", default="1,2,4")
     ap.add_argument("--every", default="1", help="publish periods in batches; 0: no exchange (each host alone)")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--kafka-home", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                                         "shared", "kafka"))
+    # the broker kit: MFS_KAFKA_HOME (as the ctest fixture reads it), else ../shared/kafka beside the checkout
+    ap.add_argument("--kafka-home", default=os.environ.get("MFS_KAFKA_HOME") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "kafka"))
     ap.add_argument("--csv")
     ap.add_argument("serve_args", nargs="*")
     a = ap.parse_args()
