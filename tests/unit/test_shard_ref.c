@@ -340,6 +340,30 @@ static void test_allreduce_one_shard_per_batch(void)
 	planted_free(&pl);
 }
 
+/* By hand, item 0 of w (a copy of the model before the ratings): two copies of it, one step
+ * each from q0 by users 0 (r = 4.5) and 1 (r = 1.5), k = 32; w's user rows and biases as
+ * after those steps; na, nb = |p|^2 of users 0 and 1 after them. */
+struct two_steps {
+	float q0[32], qa[32], qb[32], b0, ba, bb;
+	double na, nb;
+};
+static void two_steps_by_hand(mfs_model_t *w, const mfs_hparams_t *hp, struct two_steps *t)
+{
+	const int k = 32;
+	t->b0 = t->ba = t->bb = w->bi[0];
+	memcpy(t->q0, w->Q, sizeof t->q0);
+	memcpy(t->qa, t->q0, sizeof t->qa);
+	memcpy(t->qb, t->q0, sizeof t->qb);
+	const float mu = (float)w->mu;
+	TEST_EQ_INT(mfs_sgd_step_ref(hp, k, mu, w->P, t->qa, &w->bu[0], &t->ba, 4.5f), 1);
+	TEST_EQ_INT(mfs_sgd_step_ref(hp, k, mu, w->P + k, t->qb, &w->bu[1], &t->bb, 1.5f), 1);
+	t->na = t->nb = 0;
+	for (int f = 0; f < k; f++) {
+		t->na += (double)w->P[f] * (double)w->P[f];
+		t->nb += (double)w->P[k + f] * (double)w->P[k + f];
+	}
+}
+
 /* Two users on two shards rate one item in one batch: each shard steps from the same item
  * value q0, and the exchange gives q_0 + (q_1 - q0) (SUM: shard 0 is the lowest that touched
  * it) or (q_0 + q_1) / 2 (MEAN); worked here with the reference step itself. The bytes
@@ -356,24 +380,16 @@ static void test_allreduce_combine(void)
 		const float br[2] = {4.5f, 1.5f};
 		TEST_OK(mfs_shard_ref_sgd(r, &(mfs_batch_t){bu, bi, br, 2}));
 		/* by hand: two copies of the item, one step each from q0 */
-		float q0[32], qa[32], qb[32], b0 = w->bi[0], ba = b0, bb = b0;
-		memcpy(q0, w->Q, sizeof q0);
-		memcpy(qa, q0, sizeof qa);
-		memcpy(qb, q0, sizeof qb);
-		const float mu = (float)w->mu;
-		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P, qa, &w->bu[0], &ba, 4.5f), 1);
-		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P + k, qb, &w->bu[1], &bb, 1.5f), 1);
+		struct two_steps t;
+		two_steps_by_hand(w, &hp, &t);
+		const float *q0 = t.q0, *qa = t.qa, *qb = t.qb, b0 = t.b0, ba = t.ba, bb = t.bb;
 		/* BLEND, one rating on each of 2 shards: a = 1 - g, so
 		 * q = q0 + (1 - (1 - g)^2) / 2 (d_a + d_b) / g = q0 + (1 - g / 2)(d_a + d_b);
 		 * g = lr (1 + lambda_bi) for the bias, lr (rho + lambda_q) for the factors, rho =
 		 * E[(p.p')^2] / E[|p|^2] over the two users' rows after their steps, each shard's one
 		 * user paired with itself: (|p_a|^4 + |p_b|^4) / (|p_a|^2 + |p_b|^2). Compared within
 		 * 1e-6: the reference computes it in another (equivalent) order. */
-		double na = 0, nb = 0;
-		for (int f = 0; f < k; f++) {
-			na += (double)w->P[f] * (double)w->P[f];
-			nb += (double)w->P[k + f] * (double)w->P[k + f];
-		}
+		const double na = t.na, nb = t.nb;
 		const double gq = (double)hp.lr * ((na * na + nb * nb) / (na + nb) + (double)hp.lambda_q);
 		const double gb = (double)hp.lr * (1.0 + (double)hp.lambda_bi);
 		int same = 1;
@@ -399,7 +415,7 @@ static void test_allreduce_combine(void)
 		TEST_ASSERT(memcmp(w->P, m->P, 2 * k * sizeof(float)) == 0 && memcmp(w->bu, m->bu, 2 * sizeof(float)) == 0);
 		TEST_ASSERT(replicas_agree(r, m, 2));
 		/* neither shard's value alone: the exchange combined them */
-		TEST_ASSERT(memcmp(qa, m->Q, sizeof qa) != 0 && memcmp(qb, m->Q, sizeof qb) != 0);
+		TEST_ASSERT(memcmp(qa, m->Q, sizeof t.qa) != 0 && memcmp(qb, m->Q, sizeof t.qb) != 0);
 		mfs_shard_stats_t st;
 		mfs_shard_ref_stats(r, &st);
 		const uint64_t row = (uint64_t)(k + 1) * 4;
@@ -436,18 +452,10 @@ static void test_epoch_blend_step(void)
 		TEST_OK(mfs_shard_ref_load(r, &(mfs_batch_t){bu, bi, br, n[c]}));
 		TEST_OK(mfs_shard_ref_epoch(r));
 		/* by hand, item 0: two copies, one step each from q0 (users 0 and 1 as after them) */
-		float q0[32], qa[32], qb[32], b0 = w->bi[0], ba = b0, bb = b0;
-		memcpy(q0, w->Q, sizeof q0);
-		memcpy(qa, q0, sizeof qa);
-		memcpy(qb, q0, sizeof qb);
-		const float mu = (float)w->mu;
-		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P, qa, &w->bu[0], &ba, 4.5f), 1);
-		TEST_EQ_INT(mfs_sgd_step_ref(&hp, k, mu, w->P + k, qb, &w->bu[1], &bb, 1.5f), 1);
-		double na = 0, nb = 0;
-		for (int f = 0; f < k; f++) {
-			na += (double)w->P[f] * (double)w->P[f];
-			nb += (double)w->P[k + f] * (double)w->P[k + f];
-		}
+		struct two_steps t;
+		two_steps_by_hand(w, &hp, &t);
+		const float *q0 = t.q0, *qa = t.qa, *qb = t.qb, b0 = t.b0, ba = t.ba, bb = t.bb;
+		const double na = t.na, nb = t.nb;
 		const double rho = c == 1 ? nb : (na * na + nb * nb) / (na + nb);
 		const double g = (double)hp.lr * (rho + (double)hp.lambda_q), ge = g * mfs_shard_blend_epoch_g(2);
 		const double want_g = c == 2 ? g : ge, other_g = c == 2 ? ge : g;
